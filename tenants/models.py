@@ -1,0 +1,104 @@
+"""Departments, projects (the tenants) and who belongs to them."""
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+
+DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+NAMESPACE_PREFIX = "gp-"
+PROJECT_SLUG_MAX = 40
+
+dns1123_label_validator = RegexValidator(
+    DNS1123_LABEL,
+    "Use lower-case letters, digits and '-', starting and ending with a letter or digit "
+    "(a DNS-1123 label).",
+)
+
+
+def namespace_for_slug(slug: str) -> str:
+    """The Kubernetes namespace of a project, derived from its slug so it is deterministic."""
+    return f"{NAMESPACE_PREFIX}{slug}"
+
+
+class Department(models.Model):
+    slug = models.SlugField(max_length=40, unique=True, validators=[dns1123_label_validator])
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ProjectQuerySet(models.QuerySet):
+    def visible_to(self, user) -> "ProjectQuerySet":
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self
+        return self.filter(memberships__user=user).distinct()
+
+
+class GangBackend(models.TextChoices):
+    KUEUE = "kueue", "Kueue"
+    VOLCANO = "volcano", "Volcano"
+
+
+class Project(models.Model):
+    slug = models.CharField(
+        max_length=PROJECT_SLUG_MAX,
+        unique=True,
+        validators=[dns1123_label_validator],
+        help_text="DNS-1123 label of at most 40 characters; the namespace is derived from it.",
+    )
+    name = models.CharField(max_length=200)
+    department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="projects")
+    description = models.TextField(blank=True)
+    namespace = models.CharField(max_length=63, unique=True, editable=False)
+    default_gang_backend = models.CharField(
+        max_length=16, choices=GangBackend.choices, default=GangBackend.KUEUE
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    def save(self, *args, **kwargs) -> None:
+        # The namespace is a pure function of the slug; keep the stored copy (unique index) in step.
+        self.namespace = namespace_for_slug(self.slug)
+        super().save(*args, **kwargs)
+
+
+class Role(models.TextChoices):
+    ADMIN = "admin", "Admin"
+    MEMBER = "member", "Member"
+    VIEWER = "viewer", "Viewer"
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["project__slug", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "project"], name="unique_membership"),
+            models.CheckConstraint(
+                condition=models.Q(role__in=["admin", "member", "viewer"]),
+                name="membership_role_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.project} ({self.role})"
