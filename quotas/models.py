@@ -1,11 +1,84 @@
-"""GPU pools, quotas per project and department, and priority classes."""
+"""GPU pools, quotas per project and department, and priority classes.
 
+Models hold fields, constraints and validation (``clean``); the quota numbers themselves are
+computed in quotas.arithmetic and the MIG profile table lives in quotas.mig.
+"""
+
+import re
+
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.db.models import Sum
 
+from quotas import arithmetic, mig
 from tenants.models import Department, Project, dns1123_label_validator
 
-FULL_GPU = "gpu"  # the resource name of a whole GPU in ProjectQuota.resource
+FULL_GPU = arithmetic.FULL_GPU  # the resource name of a whole GPU in ProjectQuota.resource
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+# Kubernetes label syntax (apimachinery validation.IsQualifiedName / IsValidLabelValue).
+_LABEL_NAME_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_DNS1123_SUBDOMAIN_RE = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+
+
+def label_key_error(key: object) -> str | None:
+    """Why ``key`` is not a valid Kubernetes label key, or None when it is."""
+    if not isinstance(key, str) or not key:
+        return "a label key must be a non-empty string"
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and not prefix:
+        return f"label key {key!r} has an empty prefix before '/'"
+    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN_RE.match(prefix)):
+        return (
+            f"label key {key!r}: the prefix must be a DNS subdomain (lower-case letters, digits, "
+            "'-' and '.', at most 253 characters)"
+        )
+    if len(name) > 63 or not _LABEL_NAME_RE.match(name):
+        return (
+            f"label key {key!r}: the name must be at most 63 characters of letters, digits, "
+            "'-', '_' and '.', starting and ending with a letter or digit"
+        )
+    return None
+
+
+def label_value_error(key: str, value: object) -> str | None:
+    """Why ``value`` is not a valid Kubernetes label value, or None when it is."""
+    if not isinstance(value, str):
+        return f"the value of label {key!r} must be a string (got {value!r})"
+    if value and (len(value) > 63 or not _LABEL_NAME_RE.match(value)):
+        return (
+            f"the value {value!r} of label {key!r} must be at most 63 characters of letters, "
+            "digits, '-', '_' and '.', starting and ending with a letter or digit"
+        )
+    return None
+
+
+def validate_node_labels(value: object) -> None:
+    """A JSON object of Kubernetes label key → value strings."""
+    if not isinstance(value, dict):
+        raise ValidationError(
+            "Node labels must be a JSON object of label → value, e.g. "
+            '{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}.'
+        )
+    errors = []
+    for key, label_value in value.items():
+        error = label_key_error(key) or label_value_error(key, label_value)
+        if error:
+            errors.append(error[0].upper() + error[1:] + ".")
+    if errors:
+        raise ValidationError(errors)
+
+
+def validate_profile_list(value: object) -> None:
+    """A JSON list of distinct profile-name strings (which ones are valid depends on the model)."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValidationError('MIG profiles must be a JSON list of names, e.g. ["1g.10gb"].')
+    duplicates = sorted({item for item in value if value.count(item) > 1})
+    if duplicates:
+        raise ValidationError(f"MIG profiles listed twice: {', '.join(duplicates)}.")
 
 
 class GpuPool(models.Model):
@@ -17,12 +90,21 @@ class GpuPool(models.Model):
         max_length=100, help_text="As GPU Feature Discovery reports it, e.g. NVIDIA-H100-80GB-HBM3."
     )
     node_labels = models.JSONField(
-        default=dict, blank=True, help_text="Labels that select this pool's nodes."
+        default=dict,
+        blank=True,
+        validators=[validate_node_labels],
+        help_text=(
+            "Labels that select this pool's nodes, as a JSON object; empty means "
+            '{"nvidia.com/gpu.product": "<GPU model>"}.'
+        ),
     )
     node_count = models.PositiveIntegerField(default=1)
     gpus_per_node = models.PositiveIntegerField(default=8, validators=[MinValueValidator(1)])
     mig_profiles = models.JSONField(
-        default=list, blank=True, help_text="MIG profiles this pool offers, e.g. ['1g.10gb']."
+        default=list,
+        blank=True,
+        validators=[validate_profile_list],
+        help_text='MIG profiles this pool offers as a JSON list, e.g. ["1g.10gb", "2g.20gb"].',
     )
     default_cpu = models.CharField(max_length=16, default="8", help_text="CPU per pod by default.")
     default_memory = models.CharField(
@@ -38,6 +120,62 @@ class GpuPool(models.Model):
     @property
     def total_gpus(self) -> int:
         return self.node_count * self.gpus_per_node
+
+    @property
+    def resources(self) -> list[str]:
+        """What quotas in this pool may be given in: whole GPUs, then the offered MIG profiles."""
+        return [FULL_GPU, *self.mig_profiles]
+
+    def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
+        if self.gpu_model:
+            self.gpu_model = mig.normalise_model(self.gpu_model)
+        if isinstance(self.node_labels, dict) and not self.node_labels and self.gpu_model:
+            # Kueue's ResourceFlavor needs a selector; the GFD product label is the natural one.
+            self.node_labels = {GPU_PRODUCT_LABEL: self.gpu_model}
+        if isinstance(self.mig_profiles, list) and self.gpu_model:
+            if self.mig_profiles and not mig.is_mig_capable(self.gpu_model):
+                errors.setdefault("mig_profiles", []).append(
+                    f"{self.gpu_model} does not support MIG; leave the MIG profiles empty."
+                )
+            else:
+                for profile in self.mig_profiles:
+                    try:
+                        mig.validate_profile(self.gpu_model, profile)
+                    except ValueError as exc:
+                        errors.setdefault("mig_profiles", []).append(str(exc))
+                        break
+        if not errors and self.pk and isinstance(self.mig_profiles, list):
+            errors.update(self._quotas_left_without_a_resource())
+        if errors:
+            raise ValidationError(errors)
+        if isinstance(self.mig_profiles, list) and self.gpu_model:
+            order = mig.profiles_for_model(self.gpu_model)
+            self.mig_profiles = sorted(self.mig_profiles, key=order.index)
+
+    def _quotas_left_without_a_resource(self) -> dict[str, list[str]]:
+        """Existing quotas in MIG profiles this pool would stop offering."""
+        offered = set(self.resources)
+        in_use: dict[str, set[str]] = {}
+        for model, owner in (
+            (ProjectQuota, "project__slug"),
+            (DepartmentQuota, "department__slug"),
+        ):
+            rows = model.objects.filter(pool_id=self.pk).exclude(resource__in=offered)
+            for resource, owner_slug in rows.values_list("resource", owner):
+                in_use.setdefault(resource, set()).add(owner_slug)
+        if not in_use:
+            return {}
+        details = "; ".join(
+            f"{resource} (used by {', '.join(sorted(owners))})"
+            for resource, owners in sorted(in_use.items())
+        )
+        return {
+            "mig_profiles": [
+                f"Quotas still use profiles this change removes: {details}. "
+                "Remove those quotas first."
+            ]
+        }
 
 
 class ProjectQuota(models.Model):
@@ -64,6 +202,44 @@ class ProjectQuota(models.Model):
     def __str__(self) -> str:
         return f"{self.project}/{self.pool}/{self.resource}: {self.nominal}"
 
+    def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
+        pool = self.pool if self.pool_id else None
+        if pool is not None and self.resource:
+            error = resource_error(pool, self.resource)
+            if error:
+                errors["resource"] = [error]
+        project = self.project if self.project_id else None
+        if not errors and pool is not None and project is not None and self.nominal is not None:
+            error = self._department_cap_error(project, pool)
+            if error:
+                errors["nominal"] = [error]
+        if errors:
+            raise ValidationError(errors)
+
+    def _department_cap_error(self, project: Project, pool: "GpuPool") -> str | None:
+        cap = DepartmentQuota.objects.filter(
+            department_id=project.department_id, pool=pool, resource=self.resource
+        ).first()
+        if cap is None:
+            return None
+        others = (
+            ProjectQuota.objects.filter(
+                project__department_id=project.department_id, pool=pool, resource=self.resource
+            )
+            .exclude(project_id=project.pk)
+            .aggregate(total=Sum("nominal"))["total"]
+            or 0
+        )
+        return arithmetic.cap_error_for_quota(
+            department=cap.department.slug,
+            pool=pool.slug,
+            resource=self.resource,
+            limit=cap.limit,
+            others_nominal=others,
+            nominal=self.nominal,
+        )
+
 
 class DepartmentQuota(models.Model):
     """An optional cap on the sum of a department's projects' quotas in one pool."""
@@ -83,6 +259,52 @@ class DepartmentQuota(models.Model):
 
     def __str__(self) -> str:
         return f"{self.department}/{self.pool}/{self.resource} ≤ {self.limit}"
+
+    def clean(self) -> None:
+        pool = self.pool if self.pool_id else None
+        if pool is None or not self.resource:
+            return
+        error = resource_error(pool, self.resource)
+        if error:
+            raise ValidationError({"resource": [error]})
+        if self.department_id and self.limit is not None:
+            held = (
+                ProjectQuota.objects.filter(
+                    project__department_id=self.department_id, pool=pool, resource=self.resource
+                ).aggregate(total=Sum("nominal"))["total"]
+                or 0
+            )
+            error = arithmetic.cap_error_for_limit(
+                department=self.department.slug,
+                pool=pool.slug,
+                resource=self.resource,
+                limit=self.limit,
+                projects_nominal=held,
+            )
+            if error:
+                raise ValidationError({"limit": [error]})
+
+
+def resource_error(pool: GpuPool, resource: str) -> str | None:
+    """Why ``resource`` cannot be given as quota in ``pool``, naming what is allowed; or None."""
+    if resource == FULL_GPU:
+        return None
+    offered = ", ".join(pool.resources)
+    if not mig.PROFILE_RE.match(resource):
+        return (
+            f"{resource!r} is neither 'gpu' nor a MIG profile name; pool {pool.slug} offers: "
+            f"{offered}."
+        )
+    try:
+        mig.validate_profile(pool.gpu_model, resource)
+    except ValueError as exc:
+        return f"{exc} Pool {pool.slug} offers: {offered}."
+    if resource not in pool.mig_profiles:
+        return (
+            f"Pool {pool.slug} does not offer the MIG profile {resource}; it offers: {offered}. "
+            "Add the profile to the pool first."
+        )
+    return None
 
 
 class PriorityName(models.TextChoices):
