@@ -1,0 +1,1 @@
+"""kubesim: a local simulated GPU Kubernetes cluster speaking the real Kubernetes API."""

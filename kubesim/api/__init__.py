@@ -1,0 +1,1 @@
+"""The Kubernetes API machinery of kubesim (store, HTTP server, schemas, patches)."""
