@@ -1,48 +1,97 @@
-"""One error shape for the whole API: {"detail": str, "errors": {field: [messages]}}."""
+"""One error shape for the whole API: {"detail": str, "errors": {field: [messages]}}.
 
+`detail` is a sentence a person can read; `errors` maps each bad field (dotted for nested input,
+"non_field_errors" for the request as a whole) to its messages and is empty when no field is to
+blame (401, 403, 404, 405, ...). Domain services raise Django's ValidationError,
+PermissionDenied and ObjectDoesNotExist; they are translated here so views stay thin.
+"""
+
+from __future__ import annotations
+
+import logging
 from typing import Any
 
+from django.core.exceptions import NON_FIELD_ERRORS as DJANGO_NON_FIELD
+from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError
+from django.db.models import ProtectedError, RestrictedError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+logger = logging.getLogger(__name__)
 
-def _as_field_errors(detail: Any) -> dict[str, list[str]]:
+NON_FIELD = "non_field_errors"
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "This conflicts with data already stored."
+    default_code = "conflict"
+
+
+def _flatten(detail: Any, prefix: str, out: dict[str, list[str]]) -> None:
     if isinstance(detail, dict):
-        out: dict[str, list[str]] = {}
         for field, messages in detail.items():
-            if isinstance(messages, dict):
-                for sub, sub_messages in _as_field_errors(messages).items():
-                    out[f"{field}.{sub}"] = sub_messages
-            elif isinstance(messages, list):
-                out[field] = [str(m) for m in messages]
+            if field == DJANGO_NON_FIELD:
+                field = NON_FIELD
+            key = str(field) if not prefix or field == NON_FIELD else f"{prefix}.{field}"
+            _flatten(messages, key, out)
+    elif isinstance(detail, list | tuple):
+        for index, item in enumerate(detail):
+            if isinstance(item, dict | list | tuple):
+                # A nested serializer of a list: errors of item 2 become "field.2.sub".
+                if item:
+                    _flatten(item, f"{prefix}.{index}" if prefix else str(index), out)
             else:
-                out[field] = [str(messages)]
-        return out
-    if isinstance(detail, list):
-        return {"non_field_errors": [str(m) for m in detail]}
-    return {"non_field_errors": [str(detail)]}
+                out.setdefault(prefix or NON_FIELD, []).append(str(item))
+    else:
+        out.setdefault(prefix or NON_FIELD, []).append(str(detail))
+
+
+def field_errors(detail: Any) -> dict[str, list[str]]:
+    """Flatten DRF/Django validation details into {field: [messages]}."""
+    out: dict[str, list[str]] = {}
+    _flatten(detail, "", out)
+    return out
+
+
+def _summary(errors: dict[str, list[str]]) -> str:
+    if not errors:
+        return "Invalid input."
+    field, messages = next(iter(errors.items()))
+    first = messages[0] if messages else "invalid"
+    return first if field == NON_FIELD else f"{field}: {first}"
+
+
+def _translate(exc: Exception) -> Exception:
+    if isinstance(exc, DjangoValidationError):
+        detail = exc.message_dict if hasattr(exc, "error_dict") else {NON_FIELD: exc.messages}
+        return exceptions.ValidationError(detail)
+    if isinstance(exc, ObjectDoesNotExist):
+        return exceptions.NotFound(str(exc) or "Not found.")
+    if isinstance(exc, ProtectedError | RestrictedError):
+        return Conflict("Cannot delete this: other records still refer to it.")
+    if isinstance(exc, IntegrityError):
+        # A rule the services should have checked; answer 409 rather than 500, and log it.
+        logger.exception("IntegrityError reached the API error handler")
+        return Conflict()
+    return exc
 
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:
-    if isinstance(exc, DjangoValidationError):
-        exc = exceptions.ValidationError(
-            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
-        )
-    response = drf_exception_handler(exc, context)
+    translated = _translate(exc)
+    response = drf_exception_handler(translated, context)
     if response is None:
         return None
-    if isinstance(exc, exceptions.ValidationError):
-        errors = _as_field_errors(exc.detail)
-        first_field, first_messages = next(iter(errors.items()), ("", ["invalid input"]))
-        summary = (
-            first_messages[0]
-            if first_field == "non_field_errors"
-            else (f"{first_field}: {first_messages[0]}")
-        )
-        response.data = {"detail": summary, "errors": errors}
+    if isinstance(translated, exceptions.ValidationError):
+        errors = field_errors(translated.detail)
+        response.data = {"detail": _summary(errors), "errors": errors}
         response.status_code = status.HTTP_400_BAD_REQUEST
     elif isinstance(response.data, dict) and "detail" in response.data:
         response.data = {"detail": str(response.data["detail"]), "errors": {}}
+    else:
+        errors = field_errors(response.data)
+        response.data = {"detail": _summary(errors), "errors": errors}
     return response

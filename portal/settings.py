@@ -144,6 +144,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # One schema enum per choice set, whatever the field is called.
+    "ENUM_NAME_OVERRIDES": {"RoleEnum": "tenants.models.Role"},
 }
 
 REST_KNOX = {

@@ -1,0 +1,123 @@
+"""Shared fixtures: the tenancy personas and API clients.
+
+Kept free of module-level Django imports so that pure tests (quota arithmetic, kubesim) collect
+and run without touching the database: every Django import happens inside a fixture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class Personas:
+    """Project A has an admin, a member and a viewer; the outsider is admin of project B."""
+
+    project_a: Any
+    project_b: Any
+    pool: Any
+    admin: Any
+    member: Any
+    viewer: Any
+    outsider: Any
+    staff: Any
+
+    def by_name(self, name: str) -> Any:
+        return getattr(self, name)
+
+
+PERSONA_NAMES = ("outsider", "viewer", "member", "admin", "staff")
+
+
+@pytest.fixture(autouse=True)
+def _static_files_from_finders(settings):
+    """Serve static/ through whitenoise's finders in tests, as `runserver` does in the demo.
+
+    pytest-django runs with DEBUG off, where whitenoise would serve only a collected
+    STATIC_ROOT (absent in a checkout) and warn about it; warnings are errors here.
+    """
+    settings.WHITENOISE_USE_FINDERS = True
+    settings.WHITENOISE_AUTOREFRESH = True
+
+
+@pytest.fixture
+def personas(db) -> Personas:
+    from tenants.models import Role
+    from tests.factories import (
+        DepartmentFactory,
+        GpuPoolFactory,
+        MembershipFactory,
+        ProjectFactory,
+        ProjectQuotaFactory,
+        UserFactory,
+    )
+
+    research = DepartmentFactory(slug="research", name="Research")
+    platform = DepartmentFactory(slug="platform", name="Platform")
+    project_a = ProjectFactory(slug="alpha", name="Alpha", department=research)
+    project_b = ProjectFactory(slug="beta", name="Beta", department=platform)
+    pool = GpuPoolFactory(
+        slug="h100",
+        name="H100 80GB",
+        gpu_model="NVIDIA-H100-80GB-HBM3",
+        mig_profiles=["1g.10gb", "3g.40gb"],
+    )
+    ProjectQuotaFactory(project=project_a, pool=pool, resource="gpu", nominal=8, borrowing_limit=4)
+    ProjectQuotaFactory(project=project_b, pool=pool, resource="gpu", nominal=2)
+
+    admin = UserFactory(username="alice")
+    member = UserFactory(username="bob")
+    viewer = UserFactory(username="victor")
+    outsider = UserFactory(username="oscar")
+    staff = UserFactory(username="sam", is_staff=True)
+    MembershipFactory(user=admin, project=project_a, role=Role.ADMIN)
+    MembershipFactory(user=member, project=project_a, role=Role.MEMBER)
+    MembershipFactory(user=viewer, project=project_a, role=Role.VIEWER)
+    MembershipFactory(user=outsider, project=project_b, role=Role.ADMIN)
+    return Personas(
+        project_a=project_a,
+        project_b=project_b,
+        pool=pool,
+        admin=admin,
+        member=member,
+        viewer=viewer,
+        outsider=outsider,
+        staff=staff,
+    )
+
+
+@pytest.fixture
+def api_client():
+    """An unauthenticated DRF test client."""
+    from rest_framework.test import APIClient
+
+    return APIClient()
+
+
+@pytest.fixture
+def api_client_for(db):
+    """Build a DRF client logged in (session) as the given user."""
+    from rest_framework.test import APIClient
+
+    def make(user) -> APIClient:
+        client = APIClient()
+        client.force_login(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def web_client_for(db):
+    """Build a Django test client logged in as the given user."""
+    from django.test import Client
+
+    def make(user) -> Client:
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return make

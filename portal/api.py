@@ -1,0 +1,104 @@
+"""The REST API's shared parts: the router every app registers into and the base viewsets.
+
+Tenancy is applied here once. `TenantScopedViewSet.get_queryset` narrows every queryset to the
+projects the requesting user belongs to, so a row of another tenant is simply not found (404) and
+never listed; writes on a visible object are checked against a role predicate from
+tenants.permissions (403). Apps register their viewsets into `router` from their own `api.py`;
+`load_api_modules()` imports those modules before the URLs are built.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from django.apps import apps
+from django.conf import settings
+from django.db.models import Model, QuerySet
+from django.utils.module_loading import module_has_submodule
+from rest_framework import permissions, viewsets
+from rest_framework.routers import DefaultRouter
+
+from tenants.permissions import can_write
+from tenants.selectors import restrict_to_visible
+
+router = DefaultRouter()
+
+RolePredicate = Callable[[Any, Any], bool]
+
+
+def load_api_modules() -> None:
+    """Import `<app>.api` for each of this project's apps so their viewsets are registered."""
+    base_dir = Path(settings.BASE_DIR).resolve()
+    for config in apps.get_app_configs():
+        if not Path(config.path).resolve().is_relative_to(base_dir):
+            continue  # a third-party app
+        if module_has_submodule(config.module, "api"):
+            importlib.import_module(f"{config.name}.api")
+
+
+def project_of(obj: Model, project_field: str) -> Any:
+    """Follow `project_field` ("project", "job__project", "" for a Project) from obj."""
+    for attr in filter(None, project_field.split("__")):
+        obj = getattr(obj, attr)
+    return obj
+
+
+class ProjectRolePermission(permissions.BasePermission):
+    """Reads need only visibility (the queryset handles it); writes need the view's predicate."""
+
+    message = "Your role in this project does not allow this action."
+
+    def has_permission(self, request, view) -> bool:
+        return bool(request.user and request.user.is_authenticated)
+
+    def has_object_permission(self, request, view, obj) -> bool:
+        if request.method in permissions.SAFE_METHODS:
+            return True
+        predicate = view.write_predicate_for(view.action)
+        project = project_of(obj, view.project_field)
+        if predicate(request.user, project):
+            return True
+        self.message = view.denied_message(project)
+        return False
+
+
+class TenantScopedViewSet(viewsets.GenericViewSet):
+    """Base for every endpoint whose rows belong to a project.
+
+    Subclasses set `queryset`, `project_field` (ORM path to the Project, "" for Project itself)
+    and optionally `write_predicate` / `write_predicates` ({action: predicate}). Extra query
+    shaping goes in `shape_queryset`, never in an override of `get_queryset`, so the tenancy
+    filter is always applied.
+    """
+
+    tenant_scoped: ClassVar[bool] = True
+    project_field: ClassVar[str] = "project"
+    write_predicate: ClassVar[RolePredicate] = staticmethod(can_write)
+    write_predicates: ClassVar[dict[str, RolePredicate]] = {}
+    permission_classes = [ProjectRolePermission]
+
+    def shape_queryset(self, queryset: QuerySet) -> QuerySet:
+        return queryset
+
+    def get_queryset(self) -> QuerySet:
+        queryset = self.shape_queryset(super().get_queryset())
+        return restrict_to_visible(
+            queryset, user=self.request.user, project_field=self.project_field
+        )
+
+    def write_predicate_for(self, action: str | None) -> RolePredicate:
+        return self.write_predicates.get(action or "", type(self).write_predicate)
+
+    def denied_message(self, project: Any) -> str:
+        return f"Your role in project '{project}' does not allow this action."
+
+
+class ClusterReadOnlyViewSet(viewsets.ReadOnlyModelViewSet):
+    """Base for cluster-wide catalogue data (GPU pools): every signed-in user reads, nobody
+    writes through the API (admins use the admin console)."""
+
+    tenant_scoped: ClassVar[bool] = False
+    permission_classes = [permissions.IsAuthenticated]

@@ -1,0 +1,48 @@
+"""REST endpoints for the GPU pool catalogue (/api/v1/pools/), read-only."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from portal.api import ClusterReadOnlyViewSet, router
+from quotas.filters import GpuPoolFilter
+from quotas.models import GpuPool
+
+
+class GpuPoolSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="pools-detail", lookup_field="slug")
+    total_gpus = serializers.IntegerField(read_only=True, help_text="node_count × gpus_per_node.")
+    mig_profiles = serializers.ListField(
+        child=serializers.CharField(), read_only=True, help_text="MIG profiles offered."
+    )
+    node_labels = serializers.DictField(
+        child=serializers.CharField(), read_only=True, help_text="Labels selecting the nodes."
+    )
+
+    class Meta:
+        model = GpuPool
+        fields = [
+            "url",
+            "slug",
+            "name",
+            "gpu_model",
+            "node_count",
+            "gpus_per_node",
+            "total_gpus",
+            "mig_profiles",
+            "node_labels",
+        ]
+        read_only_fields = fields
+
+
+class GpuPoolViewSet(ClusterReadOnlyViewSet):
+    """The GPU pools of the cluster: which GPU model, how many, which MIG profiles."""
+
+    queryset = GpuPool.objects.all().order_by("slug")
+    serializer_class = GpuPoolSerializer
+    filterset_class = GpuPoolFilter
+    lookup_field = "slug"
+    lookup_value_regex = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+
+
+router.register("pools", GpuPoolViewSet, basename="pools")

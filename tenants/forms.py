@@ -1,0 +1,29 @@
+"""HTML forms of the tenants pages."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django import forms
+
+# Lifetimes offered for personal API tokens, in days ("" = never expires).
+TOKEN_LIFETIMES = [
+    ("30", "30 days"),
+    ("90", "90 days"),
+    ("365", "1 year"),
+    ("", "Never expires"),
+]
+
+
+class TokenCreateForm(forms.Form):
+    expires_in_days = forms.ChoiceField(
+        choices=TOKEN_LIFETIMES,
+        initial="90",
+        required=False,
+        label="Expires after",
+        help_text="A token that never expires is convenient for scripts; revoke it when unused.",
+    )
+
+    def expires_in(self) -> timedelta | None:
+        days = self.cleaned_data.get("expires_in_days")
+        return timedelta(days=int(days)) if days else None

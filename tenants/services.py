@@ -1,0 +1,166 @@
+"""Writes for tenancy: project members and personal API tokens.
+
+Every service takes the acting user as `actor=`, checks the role predicates itself (so the API,
+the HTML views and scripts share one rule) and logs an audit line. A project always keeps at
+least one admin: removing or demoting the last one is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
+from knox.models import AuthToken
+
+from tenants.models import Membership, Project, Role
+from tenants.permissions import can_manage_members, role_in
+
+audit = logging.getLogger("portal.audit")
+
+
+def _require_member_manager(*, actor: Any, project: Project, doing: str) -> None:
+    if can_manage_members(actor, project):
+        return
+    role = role_in(actor, project)
+    raise PermissionDenied(
+        f"Only admins of project '{project.slug}' can {doing}; your role there is {role}."
+        if role
+        else f"Only admins of project '{project.slug}' can {doing}."
+    )
+
+
+def _validate_role(role: str) -> None:
+    if role not in Role.values:
+        raise ValidationError(
+            {"role": [f"'{role}' is not a role; choose one of: {', '.join(Role.values)}."]}
+        )
+
+
+def _lock_for_change(membership: Membership) -> tuple[Membership, list[int]]:
+    """Lock the project's admin rows, then the membership; return it fresh and the admin ids.
+
+    Locking the admins first, in primary-key order, serialises concurrent role changes in one
+    project (two admins demoting each other cannot both win) without deadlocking.
+    """
+    admin_ids = list(
+        Membership.objects.select_for_update()
+        .filter(project_id=membership.project_id, role=Role.ADMIN)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    current = Membership.objects.select_for_update().get(pk=membership.pk)
+    return current, admin_ids
+
+
+def _refuse_losing_last_admin(*, membership: Membership, admin_ids: list[int], doing: str) -> None:
+    if membership.role == Role.ADMIN and admin_ids == [membership.pk]:
+        raise ValidationError(
+            f"{membership.user.get_username()} is the last admin of project "
+            f"'{membership.project.slug}'; make another member an admin before you {doing}."
+        )
+
+
+def membership_add(
+    *, actor: Any, project: Project, user: Any, role: str = Role.MEMBER
+) -> Membership:
+    _require_member_manager(actor=actor, project=project, doing="add members")
+    _validate_role(role)
+    if not user.is_active:
+        raise ValidationError(
+            {"user": [f"User '{user.get_username()}' is deactivated and cannot join projects."]}
+        )
+    existing = Membership.objects.filter(project=project, user=user).first()
+    if existing is not None:
+        raise ValidationError(
+            {
+                "user": [
+                    f"{user.get_username()} is already a member of project '{project.slug}' "
+                    f"(role {existing.role}); change their role instead."
+                ]
+            }
+        )
+    try:
+        with transaction.atomic():
+            membership = Membership.objects.create(project=project, user=user, role=role)
+    except IntegrityError as exc:  # a concurrent add of the same user won the race
+        raise ValidationError(
+            {"user": [f"{user.get_username()} is already a member of project '{project.slug}'."]}
+        ) from exc
+    audit.info(
+        "membership_add actor=%s project=%s user=%s role=%s",
+        actor.get_username(),
+        project.slug,
+        user.get_username(),
+        role,
+    )
+    return membership
+
+
+def membership_change_role(*, actor: Any, membership: Membership, role: str) -> Membership:
+    project = membership.project
+    _require_member_manager(actor=actor, project=project, doing="change member roles")
+    _validate_role(role)
+    with transaction.atomic():
+        membership, admin_ids = _lock_for_change(membership)
+        old_role = membership.role
+        if old_role == role:
+            return membership
+        if role != Role.ADMIN:
+            _refuse_losing_last_admin(
+                membership=membership, admin_ids=admin_ids, doing="demote them"
+            )
+        membership.role = role
+        membership.save(update_fields=["role"])
+    audit.info(
+        "membership_change_role actor=%s project=%s user=%s role=%s->%s",
+        actor.get_username(),
+        project.slug,
+        membership.user.get_username(),
+        old_role,
+        role,
+    )
+    return membership
+
+
+def membership_remove(*, actor: Any, membership: Membership) -> None:
+    project = membership.project
+    _require_member_manager(actor=actor, project=project, doing="remove members")
+    with transaction.atomic():
+        membership, admin_ids = _lock_for_change(membership)
+        _refuse_losing_last_admin(membership=membership, admin_ids=admin_ids, doing="remove them")
+        username = membership.user.get_username()
+        membership.delete()
+    audit.info(
+        "membership_remove actor=%s project=%s user=%s",
+        actor.get_username(),
+        project.slug,
+        username,
+    )
+
+
+def token_create(*, actor: Any, expires_in: timedelta | None) -> tuple[Any, str]:
+    """Issue a personal API token for `actor`; returns the stored row and the secret.
+
+    Only a hash is stored, so the secret can be shown once and never again.
+    """
+    if expires_in is not None and expires_in <= timedelta(0):
+        raise ValidationError({"expires_in": ["A token must expire in the future."]})
+    token, secret = AuthToken.objects.create(user=actor, expiry=expires_in)
+    audit.info(
+        "token_create actor=%s key=%s expiry=%s",
+        actor.get_username(),
+        token.token_key,
+        token.expiry,
+    )
+    return token, secret
+
+
+def token_revoke(*, actor: Any, token_key: str) -> None:
+    """Revoke one of the actor's own tokens, named by its public key prefix."""
+    deleted, _ = AuthToken.objects.filter(user=actor, token_key=token_key).delete()
+    if not deleted:
+        raise ObjectDoesNotExist(f"You have no token '{token_key}'.")
+    audit.info("token_revoke actor=%s key=%s", actor.get_username(), token_key)
