@@ -239,7 +239,7 @@ def family_for_model(gpu_model: str) -> MigFamily | None:
     'A100-40GB'
     """
     model = normalise_model(gpu_model).upper()
-    memory_match = re.search(r"(\d+)GB", model)
+    memory_match = re.search(r"(\d+)GB?(?![A-Z0-9])", model)  # GH200 writes "144G"
     memory = memory_match.group(1) if memory_match else None
     tokens = set(re.split(r"[-.]", model))
     if "A30" in tokens:
