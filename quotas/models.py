@@ -130,10 +130,17 @@ class GpuPool(models.Model):
         errors: dict[str, list[str]] = {}
         if self.gpu_model:
             self.gpu_model = mig.normalise_model(self.gpu_model)
+        # Shape errors of mig_profiles are reported by its field validator; check names only
+        # when it is a list of distinct strings.
+        try:
+            validate_profile_list(self.mig_profiles)
+            profiles_ok = bool(self.gpu_model)
+        except ValidationError:
+            profiles_ok = False
         if isinstance(self.node_labels, dict) and not self.node_labels and self.gpu_model:
             # Kueue's ResourceFlavor needs a selector; the GFD product label is the natural one.
             self.node_labels = {GPU_PRODUCT_LABEL: self.gpu_model}
-        if isinstance(self.mig_profiles, list) and self.gpu_model:
+        if profiles_ok:
             if self.mig_profiles and not mig.is_mig_capable(self.gpu_model):
                 errors.setdefault("mig_profiles", []).append(
                     f"{self.gpu_model} does not support MIG; leave the MIG profiles empty."
@@ -145,11 +152,11 @@ class GpuPool(models.Model):
                     except ValueError as exc:
                         errors.setdefault("mig_profiles", []).append(str(exc))
                         break
-        if not errors and self.pk and isinstance(self.mig_profiles, list):
+        if not errors and self.pk and profiles_ok:
             errors.update(self._quotas_left_without_a_resource())
         if errors:
             raise ValidationError(errors)
-        if isinstance(self.mig_profiles, list) and self.gpu_model:
+        if profiles_ok:
             order = mig.profiles_for_model(self.gpu_model)
             self.mig_profiles = sorted(self.mig_profiles, key=order.index)
 
