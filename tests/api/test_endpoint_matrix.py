@@ -1,0 +1,209 @@
+"""Walk every endpoint of the API router as every persona and assert each answer.
+
+The endpoint list is derived from `portal.api.router`, so registering a new viewset or action
+without stating here who may call it fails `test_every_routed_action_has_expectations`.
+Personas (tests/conftest.py): project A ("alpha") has an admin, a member and a viewer; the
+outsider is admin of project B ("beta"); staff administer everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from tests.conftest import PERSONA_NAMES
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    basename: str
+    action: str
+    method: str
+    detail: bool
+    route_name: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.basename}-{self.action}"
+
+
+def routed_endpoints() -> list[Endpoint]:
+    import portal.urls  # noqa: F401 - importing the URLconf registers every app's viewsets
+    from portal.api import router
+
+    endpoints = []
+    for _prefix, viewset, basename in router.registry:
+        for route in router.get_routes(viewset):
+            for method, action in router.get_method_map(viewset, route.mapping).items():
+                endpoints.append(
+                    Endpoint(
+                        basename=basename,
+                        action=action,
+                        method=method,
+                        detail=route.detail,
+                        route_name=route.name.format(basename=basename),
+                    )
+                )
+    return endpoints
+
+
+@dataclass
+class Case:
+    """How to call one basename's endpoints and what each persona should get back."""
+
+    # The lookup value of the object in project A that detail actions target.
+    target: Callable[[Any], str]
+    # Is the target in a list response's results?
+    listed: Callable[[Any, list[dict]], bool]
+    # Request body per write action.
+    payloads: dict[str, Callable[[Any], dict]] = field(default_factory=dict)
+    # action -> {persona: expected status}
+    expect: dict[str, dict[str, int]] = field(default_factory=dict)
+    # action -> check of the database after a successful write (given personas, persona name)
+    after: dict[str, Callable[[Any, str], None]] = field(default_factory=dict)
+
+
+def _bob_membership(p) -> Any:
+    from tenants.models import Membership
+
+    return Membership.objects.get(project=p.project_a, user=p.member)
+
+
+def _new_user_payload(p) -> dict:
+    from tests.factories import UserFactory
+
+    return {"project": "alpha", "user": UserFactory(username="newcomer").username, "role": "viewer"}
+
+
+def _assert_newcomer_added(p, persona: str) -> None:
+    from tenants.models import Membership
+
+    assert Membership.objects.get(project=p.project_a, user__username="newcomer").role == "viewer"
+
+
+def _assert_bob_is_viewer(p, persona: str) -> None:
+    assert _bob_membership(p).role == "viewer"
+
+
+def _assert_bob_removed(p, persona: str) -> None:
+    from tenants.models import Membership
+
+    assert not Membership.objects.filter(project=p.project_a, user=p.member).exists()
+
+
+READ_ALL_IN_PROJECT = {"outsider": 404, "viewer": 200, "member": 200, "admin": 200, "staff": 200}
+LIST_OK = dict.fromkeys(PERSONA_NAMES, 200)
+ADMINS_ONLY = {"outsider": 404, "viewer": 403, "member": 403, "admin": 200, "staff": 200}
+
+CASES: dict[str, Case] = {
+    "projects": Case(
+        target=lambda p: p.project_a.slug,
+        listed=lambda p, results: any(r["slug"] == "alpha" for r in results),
+        expect={"list": LIST_OK, "retrieve": READ_ALL_IN_PROJECT},
+    ),
+    "memberships": Case(
+        target=lambda p: str(_bob_membership(p).pk),
+        listed=lambda p, results: any(r["id"] == _bob_membership(p).pk for r in results),
+        payloads={
+            "create": _new_user_payload,
+            "update": lambda p: {"role": "viewer"},
+            "partial_update": lambda p: {"role": "viewer"},
+        },
+        expect={
+            "list": LIST_OK,
+            "retrieve": READ_ALL_IN_PROJECT,
+            # The outsider names a project they cannot see: the same answer as a missing one.
+            "create": {"outsider": 400, "viewer": 403, "member": 403, "admin": 201, "staff": 201},
+            "update": ADMINS_ONLY,
+            "partial_update": ADMINS_ONLY,
+            "destroy": {**ADMINS_ONLY, "admin": 204, "staff": 204},
+        },
+        after={
+            "create": _assert_newcomer_added,
+            "update": _assert_bob_is_viewer,
+            "partial_update": _assert_bob_is_viewer,
+            "destroy": _assert_bob_removed,
+        },
+    ),
+    "pools": Case(
+        target=lambda p: p.pool.slug,
+        listed=lambda p, results: any(r["slug"] == "h100" for r in results),
+        # Pools are the cluster's catalogue, not tenant data: every signed-in user reads them.
+        expect={"list": LIST_OK, "retrieve": LIST_OK},
+    ),
+}
+
+ENDPOINTS = routed_endpoints()
+
+
+def test_every_routed_action_has_expectations():
+    routed = {(e.basename, e.action) for e in ENDPOINTS}
+    declared = {(basename, action) for basename, case in CASES.items() for action in case.expect}
+    assert routed - declared == set(), "routed but not covered by the matrix: add them to CASES"
+    assert declared - routed == set(), "declared in CASES but not routed"
+    for basename, case in CASES.items():
+        for action, by_persona in case.expect.items():
+            assert set(by_persona) == set(PERSONA_NAMES), (basename, action)
+
+
+def test_every_viewset_is_tenant_scoped_or_a_read_only_catalogue():
+    from portal.api import ClusterReadOnlyViewSet, TenantScopedViewSet, router
+
+    for _prefix, viewset, basename in router.registry:
+        if issubclass(viewset, TenantScopedViewSet):
+            continue
+        assert issubclass(viewset, ClusterReadOnlyViewSet), basename
+        writes = {"create", "update", "partial_update", "destroy"}
+        assert not any(hasattr(viewset, action) for action in writes), basename
+
+
+def _url(endpoint: Endpoint, personas) -> str:
+    if not endpoint.detail:
+        return reverse(endpoint.route_name)
+    from portal.api import router
+
+    viewset = next(v for _, v, b in router.registry if b == endpoint.basename)
+    lookup = getattr(viewset, "lookup_url_kwarg", None) or viewset.lookup_field
+    return reverse(endpoint.route_name, kwargs={lookup: CASES[endpoint.basename].target(personas)})
+
+
+@pytest.mark.parametrize("persona", PERSONA_NAMES)
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=lambda e: e.id)
+def test_endpoint_answers_each_persona(endpoint, persona, personas, api_client_for):
+    case = CASES[endpoint.basename]
+    expected = case.expect[endpoint.action][persona]
+    url = _url(endpoint, personas)
+    payload = case.payloads.get(endpoint.action, lambda p: None)(personas)
+    client = api_client_for(personas.by_name(persona))
+
+    response = getattr(client, endpoint.method)(url, payload, format="json")
+
+    assert response.status_code == expected, (persona, endpoint.id, response.content[:300])
+    if response.status_code >= 400:
+        body = response.json()
+        assert isinstance(body["detail"], str)
+        assert body["detail"]
+        assert isinstance(body["errors"], dict)
+    if endpoint.action == "list":
+        visible = persona != "outsider" or endpoint.basename == "pools"
+        assert case.listed(personas, response.json()["results"]) is visible
+    if response.status_code < 300 and endpoint.action in case.after:
+        case.after[endpoint.action](personas, persona)
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=lambda e: e.id)
+def test_anonymous_requests_are_refused_with_401(endpoint, personas, api_client):
+    response = getattr(api_client, endpoint.method)(_url(endpoint, personas), {}, format="json")
+    assert response.status_code == 401
+    assert response.json()["errors"] == {}
+    assert response["WWW-Authenticate"] == "Token"
+
+
+def test_api_root_lists_the_registered_endpoints(personas, api_client_for):
+    response = api_client_for(personas.viewer).get("/api/v1/")
+    assert response.status_code == 200
+    assert set(response.json()) >= {"projects", "memberships", "pools"}
