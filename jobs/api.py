@@ -1,0 +1,217 @@
+"""REST endpoints for jobs: /api/v1/jobs/ (create, list, detail), manifest/ and cancel/."""
+
+import yaml
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions, mixins, serializers, status
+from rest_framework.decorators import action
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.response import Response
+
+from jobs.filters import JobFilter
+from jobs.models import Job, JobEvent, JobKind
+from jobs.selectors import job_list_visible_to, job_manifests
+from jobs.services import InvalidTransition, job_cancel, job_submit
+from jobs.states import JobState
+from jobs.validation import BACKENDS, PRIORITIES
+from portal.api import TenantScopedViewSet, router
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobEvent
+        fields = ["created_at", "from_state", "to_state", "reason", "message", "source"]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """What a job looks like when read."""
+
+    project = serializers.CharField(source="project.slug", read_only=True)
+    submitter = serializers.CharField(source="submitter.username", read_only=True)
+    pool = serializers.CharField(source="pool.slug", read_only=True, allow_null=True)
+    is_terminal = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "project",
+            "name",
+            "kind",
+            "state",
+            "state_reason",
+            "state_message",
+            "is_terminal",
+            "submitter",
+            "image",
+            "command",
+            "env",
+            "gpus",
+            "mig_profile",
+            "replicas",
+            "pool",
+            "cpu",
+            "memory",
+            "priority",
+            "max_runtime_minutes",
+            "backend",
+            "created_at",
+            "state_changed_at",
+        ]
+        read_only_fields = fields
+
+
+class JobDetailSerializer(JobSerializer):
+    events = JobEventSerializer(many=True, read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "events"]
+        read_only_fields = fields
+
+
+class JobCreateSerializer(serializers.Serializer):
+    """The request. Shapes only; the rules (quota, MIG, env, sizes) are in jobs.validation."""
+
+    project = serializers.CharField(help_text="Project slug.")
+    name = serializers.CharField(required=False, allow_blank=True, max_length=63)
+    kind = serializers.ChoiceField(choices=JobKind.choices)
+    image = serializers.CharField(max_length=1024)
+    command = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        default=list,
+    )
+    env = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        default=dict,
+    )
+    gpus = serializers.IntegerField(required=False, allow_null=True)
+    mig_profile = serializers.CharField(required=False, allow_blank=True, max_length=32)
+    replicas = serializers.IntegerField(required=False, allow_null=True)
+    pool = serializers.CharField(required=False, allow_blank=True, max_length=40)
+    cpu = serializers.CharField(required=False, allow_blank=True, max_length=16)
+    memory = serializers.CharField(required=False, allow_blank=True, max_length=16)
+    priority = serializers.ChoiceField(choices=PRIORITIES, required=False, default="normal")
+    max_runtime_minutes = serializers.IntegerField(required=False, allow_null=True)
+    backend = serializers.ChoiceField(choices=BACKENDS, required=False, allow_blank=True)
+
+
+class DryRunSerializer(serializers.Serializer):
+    valid = serializers.BooleanField()
+    errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
+    manifests = serializers.ListField(child=serializers.DictField())
+
+
+class YamlRenderer(BaseRenderer):
+    media_type = "application/yaml"
+    format = "yaml"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        if isinstance(data, str):
+            return data.encode()
+        return yaml.safe_dump(data, sort_keys=False).encode()
+
+
+def manifests_yaml(manifests: list[dict]) -> str:
+    return yaml.safe_dump_all(manifests, sort_keys=False)
+
+
+class JobViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    TenantScopedViewSet,
+):
+    queryset = Job.objects.all()
+    project_field = "project"
+    filterset_class = JobFilter
+
+    def shape_queryset(self, queryset):
+        queryset = queryset.select_related("project", "submitter", "pool").order_by(
+            "-created_at", "-id"
+        )
+        if self.action == "retrieve":
+            queryset = queryset.prefetch_related("events")
+        return queryset
+
+    def get_serializer_class(self):
+        if self.action == "create":
+            return JobCreateSerializer
+        if self.action == "retrieve":
+            return JobDetailSerializer
+        return JobSerializer
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "dry_run",
+                OpenApiTypes.BOOL,
+                description="Validate and render the manifests without storing anything.",
+            )
+        ],
+        request=JobCreateSerializer,
+        responses={201: JobDetailSerializer, 200: DryRunSerializer},
+    )
+    def create(self, request, *args, **kwargs):
+        serializer = JobCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
+        try:
+            outcome = job_submit(
+                actor=request.user, project=data.pop("project"), data=data, dry_run=dry_run
+            )
+        except DjangoPermissionDenied as exc:
+            raise exceptions.PermissionDenied(str(exc)) from exc
+        if dry_run:
+            body = {
+                "valid": outcome.validation.ok,
+                "errors": outcome.validation.errors,
+                "manifests": outcome.manifests,
+            }
+            return Response(body, status=status.HTTP_200_OK)
+        job = outcome.job
+        out = JobDetailSerializer(
+            Job.objects.select_related("project", "submitter", "pool").get(pk=job.pk),
+            context=self.get_serializer_context(),
+        )
+        return Response(out.data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={(200, "application/yaml"): OpenApiTypes.STR})
+    @action(detail=True, methods=["get"], renderer_classes=[YamlRenderer, JSONRenderer])
+    def manifest(self, request, pk=None):
+        """The job's Kubernetes objects exactly as the reconciler applies them, as YAML."""
+        job = self.get_object()
+        manifests = job_manifests(job)
+        if request.accepted_renderer.format == "json":
+            return Response(manifests)
+        return Response(manifests_yaml(manifests))
+
+    @extend_schema(request=None, responses={200: JobDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel the job: its cluster objects are deleted; a finished job answers 409."""
+        job = self.get_object()
+        try:
+            job_cancel(actor=request.user, job=job)
+        except InvalidTransition as exc:
+            return Response(
+                {
+                    "detail": f"Job {job.name} is already {JobState(exc.current).label.lower()}; "
+                    "there is nothing to cancel.",
+                    "errors": {},
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
+        except DjangoPermissionDenied as exc:
+            raise exceptions.PermissionDenied(str(exc)) from exc
+        job = self.shape_queryset(Job.objects.filter(pk=job.pk)).prefetch_related("events").get()
+        return Response(JobDetailSerializer(job, context=self.get_serializer_context()).data)
+
+
+router.register("jobs", JobViewSet, basename="jobs")
+
+__all__ = ["JobViewSet", "job_list_visible_to"]

@@ -1,0 +1,285 @@
+"""Kubernetes objects for a job, as plain dicts. Pure functions: no database, no cluster.
+
+The same input always gives the same objects, and every name is derived from the job id, so a
+second apply addresses the same objects. Users never supply pod specs: everything that could
+weaken isolation (privilege, host paths, host network, capabilities, device env) is fixed here.
+
+Backends:
+- single / mig on Kueue: one batch/v1 Job, suspended, labelled with the project's LocalQueue.
+- gang on Kueue: an Indexed batch/v1 Job (parallelism = completions = replicas) plus a headless
+  Service so pods reach each other as <job>-<index>.<job>; torchrun env from the index.
+- gang on Volcano: a batch.volcano.sh/v1alpha1 Job with a master and a worker task and the
+  pytorch plugin, which provides the same env (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK).
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from portal.kube import labels as L
+from quotas.manifests import (
+    local_queue_name,
+    priority_class_name,
+    volcano_project_queue_name,
+    workload_priority_class_name,
+)
+
+CONTAINER_NAME = "trainer"
+MASTER_PORT = 29500
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+VOLCANO_MASTER_TASK = "master"
+VOLCANO_WORKER_TASK = "worker"
+
+
+@dataclass(frozen=True)
+class JobManifestInput:
+    """Everything the manifests depend on, resolved from the job, its project and its pool."""
+
+    job_id: int
+    name: str
+    project_slug: str
+    namespace: str
+    kind: str  # single | mig | gang
+    backend: str  # kueue | volcano (single and mig are always kueue)
+    image: str
+    command: tuple[str, ...]
+    env: dict[str, str]
+    gpus: int
+    mig_resource: str  # e.g. nvidia.com/mig-1g.10gb, for kind mig
+    replicas: int
+    cpu: str
+    memory: str
+    priority: str  # high | normal | low
+    max_runtime_seconds: int
+    node_selector: dict[str, str] = field(default_factory=dict)  # the pool's labels, if chosen
+    runtime_class: str = ""
+
+
+def object_name(job_id: int) -> str:
+    """The name of every object of a job (Job, Service, vcjob): short, DNS-1123, from the id."""
+    return f"gp-job-{job_id}"
+
+
+def job_labels(spec: JobManifestInput) -> dict[str, str]:
+    return L.managed_labels(
+        **{
+            L.JOB_ID_KEY: str(spec.job_id),
+            L.PROJECT_KEY: spec.project_slug,
+            L.OWNER_KIND_KEY: "job",
+            "gpu-portal.io/job-name": spec.name,
+        }
+    )
+
+
+def job_selector(job_id: int) -> str:
+    """Label selector for every object (and pod) of one job."""
+    return f"{L.MANAGED_SELECTOR},{L.JOB_ID_KEY}={job_id}"
+
+
+def _accelerator_limits(spec: JobManifestInput) -> dict[str, str]:
+    if spec.kind == "mig":
+        return {spec.mig_resource: "1"}
+    return {GPU_RESOURCE: str(spec.gpus)}
+
+
+def _env_list(spec: JobManifestInput, extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    user = [{"name": k, "value": str(v)} for k, v in sorted(spec.env.items())]
+    return user + extra
+
+
+def _container(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "resources": {
+            "requests": {"cpu": spec.cpu, "memory": spec.memory},
+            # Extended resources in limits only; Kueue and the scheduler take limits as requests.
+            "limits": {"memory": spec.memory, **_accelerator_limits(spec)},
+        },
+        "securityContext": {
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    env = _env_list(spec, extra_env)
+    if env:
+        container["env"] = env
+    return container
+
+
+def _pod_spec(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[str, Any]:
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "tolerations": [dict(GPU_TOLERATION)],
+        "containers": [_container(spec, extra_env)],
+    }
+    if spec.node_selector:
+        # A chosen pool: Kueue only considers the flavor whose nodeLabels match.
+        pod["nodeSelector"] = dict(sorted(spec.node_selector.items()))
+    if spec.runtime_class:
+        pod["runtimeClassName"] = spec.runtime_class
+    return pod
+
+
+def _metadata(spec: JobManifestInput, **extra_labels: str) -> dict[str, Any]:
+    return {
+        "name": object_name(spec.job_id),
+        "namespace": spec.namespace,
+        "labels": {**job_labels(spec), **extra_labels},
+    }
+
+
+def _kueue_labels(spec: JobManifestInput) -> dict[str, str]:
+    return {
+        KUEUE_QUEUE_LABEL: local_queue_name(spec.project_slug),
+        KUEUE_PRIORITY_LABEL: workload_priority_class_name(spec.priority),
+    }
+
+
+def kueue_batch_job(spec: JobManifestInput) -> dict[str, Any]:
+    """A single-pod batch/v1 Job (kind single or mig) under Kueue."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(spec, **_kueue_labels(spec)),
+        "spec": {
+            "suspend": True,
+            "backoffLimit": 0,
+            "parallelism": 1,
+            "completions": 1,
+            "activeDeadlineSeconds": spec.max_runtime_seconds,
+            "template": {
+                "metadata": {"labels": job_labels(spec)},
+                "spec": {
+                    **_pod_spec(spec, []),
+                    "priorityClassName": priority_class_name(spec.priority),
+                },
+            },
+        },
+    }
+
+
+def _torch_env(spec: JobManifestInput, master_addr: str) -> list[dict[str, Any]]:
+    return [
+        {"name": "MASTER_ADDR", "value": master_addr},
+        {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
+        {"name": "WORLD_SIZE", "value": str(spec.replicas)},
+        {
+            "name": "RANK",
+            "valueFrom": {
+                "fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}
+            },
+        },
+        {"name": "NNODES", "value": str(spec.replicas)},
+        {"name": "NPROC_PER_NODE", "value": str(spec.gpus)},
+    ]
+
+
+def kueue_gang_job(spec: JobManifestInput) -> dict[str, Any]:
+    """An Indexed batch/v1 Job: Kueue admits all replicas at once (one podSet, count N)."""
+    name = object_name(spec.job_id)
+    pod = _pod_spec(spec, _torch_env(spec, f"{name}-0.{name}"))
+    pod["subdomain"] = name  # hostname <job>-<index> is set by the Job controller
+    pod["priorityClassName"] = priority_class_name(spec.priority)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(spec, **_kueue_labels(spec)),
+        "spec": {
+            "suspend": True,
+            "completionMode": "Indexed",
+            "parallelism": spec.replicas,
+            "completions": spec.replicas,
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": spec.max_runtime_seconds,
+            "template": {"metadata": {"labels": job_labels(spec)}, "spec": pod},
+        },
+    }
+
+
+def gang_service(spec: JobManifestInput) -> dict[str, Any]:
+    """The headless Service that gives each gang pod a stable DNS name."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(spec),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {L.JOB_ID_KEY: str(spec.job_id)},
+            "ports": [{"name": "torch", "port": MASTER_PORT, "targetPort": MASTER_PORT}],
+        },
+    }
+
+
+def _volcano_task(spec: JobManifestInput, name: str, replicas: int) -> dict[str, Any]:
+    pod = _pod_spec(spec, [{"name": "NPROC_PER_NODE", "value": str(spec.gpus)}])
+    pod["activeDeadlineSeconds"] = spec.max_runtime_seconds
+    task: dict[str, Any] = {
+        "name": name,
+        "replicas": replicas,
+        "minAvailable": replicas,
+        "template": {"metadata": {"labels": job_labels(spec)}, "spec": pod},
+    }
+    if name == VOLCANO_MASTER_TASK:
+        # Training ends when rank 0 ends.
+        task["policies"] = [{"event": "TaskCompleted", "action": "CompleteJob"}]
+    return task
+
+
+def volcano_gang_job(spec: JobManifestInput) -> dict[str, Any]:
+    """A Volcano Job: gang of `replicas` pods (1 master + N-1 workers), pytorch plugin env."""
+    tasks = [_volcano_task(spec, VOLCANO_MASTER_TASK, 1)]
+    if spec.replicas > 1:
+        tasks.append(_volcano_task(spec, VOLCANO_WORKER_TASK, spec.replicas - 1))
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": _metadata(spec),
+        "spec": {
+            "schedulerName": "volcano",
+            "minAvailable": spec.replicas,
+            "queue": volcano_project_queue_name(spec.project_slug),
+            "priorityClassName": priority_class_name(spec.priority),
+            "maxRetry": 3,  # an evicted gang restarts whole up to 3 times
+            "policies": [
+                {"event": "PodEvicted", "action": "RestartJob"},
+                {"event": "PodFailed", "action": "TerminateJob"},
+            ],
+            "plugins": {
+                "pytorch": [
+                    f"--master={VOLCANO_MASTER_TASK}",
+                    f"--worker={VOLCANO_WORKER_TASK}",
+                    f"--port={MASTER_PORT}",
+                ],
+                "svc": [],
+                "env": [],
+            },
+            "tasks": tasks,
+        },
+    }
+
+
+def build_job_manifests(spec: JobManifestInput) -> list[dict[str, Any]]:
+    """All objects of a job, in apply order (the Service before the pods that need it)."""
+    if spec.kind == "gang":
+        if spec.backend == "volcano":
+            return [volcano_gang_job(spec)]
+        return [gang_service(spec), kueue_gang_job(spec)]
+    return [kueue_batch_job(spec)]
+
+
+def primary_manifest(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The object whose status carries the job's state (the Job or the vcjob)."""
+    return manifests[-1]

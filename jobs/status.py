@@ -1,0 +1,184 @@
+"""Cluster status → portal job state: the one mapping, pure, with a one-line reason.
+
+Used by the reconcile task today and meant for the live watcher next: give it what the cluster
+holds for one job (the batch Job or Volcano Job, the Kueue Workload or Volcano PodGroup, the pods)
+and it says which portal state that is and why. Kueue conditions are read in Kueue's order
+(Finished, deactivated, Evicted, Admitted/PodsReady, QuotaReserved); the batch Job's own terminal
+conditions win because they are what the pods actually did.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.states import JobState
+
+S = JobState
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    backend: str  # kueue | volcano
+    primary: dict[str, Any] | None  # batch/v1 Job or batch.volcano.sh Job; None = not found
+    workload: dict[str, Any] | None = None  # Kueue Workload of the Job
+    podgroup: dict[str, Any] | None = None  # Volcano PodGroup of the vcjob
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    expected_pods: int = 1
+
+
+@dataclass(frozen=True)
+class StatusReading:
+    """What the cluster says. `state` None means "the object is missing" (drift) or "transient,
+    keep what we have" — `missing` tells the two apart."""
+
+    state: str | None
+    reason: str
+    message: str = ""
+    missing: bool = False
+
+
+def _conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    if not obj:
+        return {}
+    items = (obj.get("status") or {}).get("conditions") or []
+    return {c.get("type", ""): c for c in items if isinstance(c, dict)}
+
+
+def _true(conds: dict[str, dict[str, Any]], kind: str) -> dict[str, Any] | None:
+    cond = conds.get(kind)
+    return cond if cond and cond.get("status") == "True" else None
+
+
+def pod_failure_summary(pods: list[dict[str, Any]]) -> str:
+    """'pod gp-job-7-xyz exited with code 137 (OOMKilled)' for the first failed container."""
+    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name", "")):
+        name = (pod.get("metadata") or {}).get("name", "?")
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        for status in statuses:
+            term = (status.get("state") or {}).get("terminated") or (
+                status.get("lastState") or {}
+            ).get("terminated")
+            if term and term.get("exitCode", 0) != 0:
+                why = term.get("reason") or "Error"
+                return f"pod {name} exited with code {term.get('exitCode')} ({why})"
+        if (pod.get("status") or {}).get("phase") == "Failed":
+            reason = (pod.get("status") or {}).get("reason") or "Failed"
+            return f"pod {name} failed ({reason})"
+    return ""
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def _batch_job_terminal(job: dict[str, Any], pods: list[dict[str, Any]]) -> StatusReading | None:
+    conds = _conditions(job)
+    done = _true(conds, "Complete") or _true(conds, "SuccessCriteriaMet")
+    if done and not _true(conds, "Failed"):
+        return StatusReading(S.SUCCEEDED, "Completed", done.get("message") or "")
+    if failed := (_true(conds, "Failed") or _true(conds, "FailureTarget")):
+        reason = failed.get("reason") or "Failed"
+        if reason == "DeadlineExceeded":
+            text = "exceeded its maximum runtime"
+        else:
+            text = failed.get("message") or "the job failed"
+        return StatusReading(S.FAILED, reason, _join(text, pod_failure_summary(pods)))
+    return None
+
+
+def _batch_job_progress(job: dict[str, Any], expected: int) -> StatusReading:
+    status = job.get("status") or {}
+    ready = int(status.get("ready") or 0)
+    active = int(status.get("active") or 0)
+    if active and ready >= expected:
+        return StatusReading(S.RUNNING, "PodsRunning", f"{ready}/{expected} pods ready")
+    return StatusReading(S.ADMITTED, "PodsStarting", f"{ready}/{expected} pods ready")
+
+
+def map_kueue(snapshot: ClusterSnapshot) -> StatusReading:
+    job = snapshot.primary
+    if job is None:
+        return StatusReading(None, "ObjectMissing", "the batch Job is gone", missing=True)
+    if terminal := _batch_job_terminal(job, snapshot.pods):
+        return terminal
+    wl = snapshot.workload
+    suspended = bool((job.get("spec") or {}).get("suspend"))
+    if wl is None:
+        if not suspended and (job.get("status") or {}).get("active"):
+            return _batch_job_progress(job, snapshot.expected_pods)
+        return StatusReading(S.SUBMITTED, "WaitingForWorkload", "Kueue has not picked it up yet")
+    conds = _conditions(wl)
+    if finished := _true(conds, "Finished"):
+        if finished.get("reason") == "Succeeded":
+            return StatusReading(S.SUCCEEDED, "Succeeded", finished.get("message") or "")
+        return StatusReading(
+            S.FAILED,
+            finished.get("reason") or "Failed",
+            _join(finished.get("message") or "", pod_failure_summary(snapshot.pods)),
+        )
+    evicted = _true(conds, "Evicted")
+    inactive = (wl.get("spec") or {}).get("active") is False
+    if inactive or (evicted and evicted.get("reason") == "Deactivated"):
+        why = (evicted or {}).get("message") or "the workload was deactivated"
+        return StatusReading(S.FAILED, "Deactivated", why)
+    if evicted:
+        preempted = _true(conds, "Preempted")
+        detail = preempted or evicted
+        return StatusReading(
+            S.PREEMPTED, detail.get("reason") or "Evicted", detail.get("message") or ""
+        )
+    if _true(conds, "Admitted"):
+        if _true(conds, "PodsReady"):
+            return StatusReading(S.RUNNING, "PodsReady", "all pods are running")
+        return _batch_job_progress(job, snapshot.expected_pods)
+    reserved = _true(conds, "QuotaReserved")
+    if reserved:
+        return StatusReading(S.QUEUED, "AwaitingAdmissionChecks", reserved.get("message") or "")
+    pending = conds.get("QuotaReserved") or {}
+    return StatusReading(
+        S.QUEUED,
+        pending.get("reason") or "Pending",
+        pending.get("message") or "waiting for quota",
+    )
+
+
+def map_volcano(snapshot: ClusterSnapshot) -> StatusReading:
+    vcjob = snapshot.primary
+    if vcjob is None:
+        return StatusReading(None, "ObjectMissing", "the Volcano Job is gone", missing=True)
+    state = (vcjob.get("status") or {}).get("state") or {}
+    phase = state.get("phase") or "Pending"
+    message = state.get("message") or ""
+    if phase == "Completed":
+        return StatusReading(S.SUCCEEDED, "Completed", message)
+    if phase in ("Failed", "Terminated", "Aborted"):
+        return StatusReading(S.FAILED, phase, _join(message, pod_failure_summary(snapshot.pods)))
+    if phase == "Running":
+        pg_phase = ((snapshot.podgroup or {}).get("status") or {}).get("phase")
+        if pg_phase == "Unknown":
+            return StatusReading(
+                S.RUNNING, "GangDegraded", "some gang members were lost and cannot be placed"
+            )
+        return StatusReading(S.RUNNING, "Running", message)
+    if phase == "Restarting":
+        retries = (vcjob.get("status") or {}).get("retryCount", 0)
+        return StatusReading(S.PREEMPTED, "Restarting", f"gang restarting (retry {retries})")
+    if phase in ("Completing", "Terminating", "Aborting"):
+        return StatusReading(None, phase, "transient")
+    # Pending: ask the PodGroup whether the gang was let in.
+    podgroup = snapshot.podgroup or {}
+    pg_status = podgroup.get("status") or {}
+    if pg_status.get("phase") in ("Inqueue", "Running"):
+        return StatusReading(S.ADMITTED, "GangAdmitted", "the gang is being placed")
+    conds = pg_status.get("conditions") or []
+    newest = conds[-1] if conds else {}
+    return StatusReading(
+        S.QUEUED,
+        newest.get("reason") or "Pending",
+        newest.get("message") or "waiting for the gang to be admitted",
+    )
+
+
+def map_cluster_status(snapshot: ClusterSnapshot) -> StatusReading:
+    if snapshot.backend == "volcano":
+        return map_volcano(snapshot)
+    return map_kueue(snapshot)

@@ -1,0 +1,51 @@
+"""Celery tasks for jobs. Each body calls one service; the Job row is the result.
+
+Retries: RetryableKubeError (409, 429, 5xx, no connection) retries with exponential backoff and
+jitter; after the last retry the periodic resync picks the job up again, so a long outage delays
+jobs but never loses them. Permanent rejections are handled inside the service (job → Failed).
+"""
+
+import logging
+
+from celery import shared_task
+from django.conf import settings
+
+from portal.kube.apply import RetryableKubeError
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(
+    bind=True,
+    autoretry_for=(RetryableKubeError,),
+    retry_backoff=2,
+    retry_backoff_max=120,
+    retry_jitter=True,
+    max_retries=8,
+    acks_late=True,
+)
+def reconcile_job(self, job_id: int) -> str:
+    from jobs.reconcile import job_reconcile
+
+    return job_reconcile(job_id=job_id)
+
+
+@shared_task(acks_late=True)
+def resync_jobs() -> dict[str, int]:
+    """Periodic: bring every live job in line with the cluster (bulk reads per namespace)."""
+    from jobs.reconcile import resync_jobs as resync
+
+    return resync(enqueue=reconcile_job.delay)
+
+
+@shared_task(acks_late=True)
+def resync_all() -> None:
+    """The beat entry point: jobs and quota objects."""
+    from quotas.tasks import sync_quotas
+
+    resync_jobs.delay()
+    sync_quotas.delay()
+
+
+def resync_seconds() -> float:
+    return float(getattr(settings, "PORTAL_RESYNC_SECONDS", 60))

@@ -1,0 +1,384 @@
+"""Job request validation: pure, before anything reaches the database or the cluster.
+
+Every rule answers with the field and a specific reason. Quota feasibility is checked only for
+requests that can *never* be admitted (more than the project's maximum usable amount in every
+eligible pool); whether there is room right now is Kueue's and Volcano's decision, not ours.
+"""
+
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+from quotas import mig
+
+FULL_GPU = "gpu"
+KINDS = ("single", "mig", "gang")
+BACKENDS = ("kueue", "volcano")
+PRIORITIES = ("high", "normal", "low")
+
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+NAME_MAX = 40
+MAX_GPUS_PER_POD = 8
+GANG_MIN, GANG_MAX = 2, 64
+MAX_RUNTIME_MINUTES = 7 * 24 * 60
+DEFAULT_RUNTIME_MINUTES = 24 * 60
+COMMAND_MAX_ITEMS = 256
+COMMAND_MAX_BYTES = 32 * 1024
+ENV_MAX_VARS = 128
+ENV_MAX_BYTES = 32 * 1024
+IMAGE_MAX = 512
+
+# Docker image reference: [registry[:port]/]path[:tag][@sha256:digest], path components lower
+# case (the distribution/reference grammar).
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_RE = re.compile(
+    r"^(?:(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
+    r"(?::[0-9]+)?)/)?"
+    rf"{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@sha256:[a-f0-9]{64})?$"
+)
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Names that would bypass the device plugin's isolation (the container would see other GPUs).
+FORBIDDEN_ENV_EXACT = frozenset({"CUDA_VISIBLE_DEVICES"})
+FORBIDDEN_ENV_PREFIX = "NVIDIA_"
+# Set by the portal for gang jobs; a user value would break the rendezvous.
+GANG_RESERVED_ENV = frozenset(
+    {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NNODES", "NPROC_PER_NODE"}
+)
+QUANTITY_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+
+@dataclass(frozen=True)
+class PoolFacts:
+    """A pool as the project sees it: hardware and the project's maximum per resource."""
+
+    slug: str
+    gpu_model: str
+    gpus_per_node: int
+    node_count: int
+    mig_profiles: tuple[str, ...]
+    default_cpu: str
+    default_memory: str
+    maximum: dict[str, int] = field(default_factory=dict)  # resource ("gpu"/profile) → maximum
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    project_slug: str
+    kind: str
+    image: str
+    name: str = ""
+    command: object = ()
+    env: object = None
+    gpus: int | None = None
+    mig_profile: str = ""
+    replicas: int | None = None
+    pool: str = ""
+    cpu: str = ""
+    memory: str = ""
+    priority: str = "normal"
+    max_runtime_minutes: int | None = None
+    backend: str = ""
+
+
+@dataclass
+class Resolved:
+    """The request with defaults filled in; only meaningful when there are no errors."""
+
+    gpus: int = 0
+    replicas: int = 1
+    cpu: str = ""
+    memory: str = ""
+    backend: str = "kueue"
+    max_runtime_minutes: int = DEFAULT_RUNTIME_MINUTES
+    mig_resource: str = ""
+    eligible_pools: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ValidationResult:
+    errors: dict[str, list[str]] = field(default_factory=dict)
+    resolved: Resolved = field(default_factory=Resolved)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def add(self, name: str, message: str) -> None:
+        self.errors.setdefault(name, []).append(message)
+
+
+def parse_quantity(text: str) -> Decimal | None:
+    match = QUANTITY_RE.match(text.strip()) if isinstance(text, str) else None
+    if not match:
+        return None
+    try:
+        number = Decimal(match.group(1))
+    except InvalidOperation:
+        return None
+    scale = {
+        None: 1,
+        "m": Decimal("0.001"),
+        "k": 10**3,
+        "M": 10**6,
+        "G": 10**9,
+        "T": 10**12,
+        "P": 10**15,
+        "E": 10**18,
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+        "Pi": 2**50,
+        "Ei": 2**60,
+    }[match.group(2)]
+    return number * scale
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _validate_image(req: JobRequest, result: ValidationResult) -> None:
+    image = req.image or ""
+    if not image:
+        result.add("image", "An image is required, e.g. nvcr.io/nvidia/pytorch:24.08-py3.")
+    elif len(image) > IMAGE_MAX:
+        result.add("image", f"The image reference is {len(image)} characters; at most {IMAGE_MAX}.")
+    elif not IMAGE_RE.match(image):
+        result.add(
+            "image",
+            f"{image!r} is not a valid image reference "
+            "(expected [registry[:port]/]name[:tag][@sha256:digest], name in lower case).",
+        )
+
+
+def _validate_command(req: JobRequest, result: ValidationResult) -> None:
+    command = req.command
+    if command is None:
+        return
+    if not isinstance(command, list | tuple) or not all(isinstance(c, str) for c in command):
+        result.add("command", "The command must be a list of strings.")
+        return
+    if len(command) > COMMAND_MAX_ITEMS:
+        result.add("command", f"The command has {len(command)} items; at most {COMMAND_MAX_ITEMS}.")
+    size = sum(len(c.encode()) for c in command)
+    if size > COMMAND_MAX_BYTES:
+        result.add("command", f"The command is {size} bytes; at most {COMMAND_MAX_BYTES}.")
+
+
+def _validate_env(req: JobRequest, result: ValidationResult) -> None:
+    env = req.env
+    if env is None:
+        return
+    if not isinstance(env, dict):
+        result.add("env", "env must be an object of NAME: value strings.")
+        return
+    if len(env) > ENV_MAX_VARS:
+        result.add("env", f"{len(env)} environment variables; at most {ENV_MAX_VARS}.")
+    size = 0
+    for name, value in env.items():
+        if not isinstance(value, str):
+            result.add("env", f"The value of {name} must be a string.")
+            continue
+        size += len(str(name).encode()) + len(value.encode())
+        if not ENV_NAME_RE.match(str(name)):
+            result.add(
+                "env",
+                f"{name!r} is not a valid variable name (letters, digits and '_', "
+                "not starting with a digit).",
+            )
+        elif name in FORBIDDEN_ENV_EXACT or name.startswith(FORBIDDEN_ENV_PREFIX):
+            result.add(
+                "env",
+                f"{name} cannot be set: the GPU device plugin assigns devices and their "
+                "visibility (no CUDA_VISIBLE_DEVICES or NVIDIA_* variables).",
+            )
+        elif req.kind == "gang" and name in GANG_RESERVED_ENV:
+            result.add(
+                "env", f"{name} is set by the portal for gang jobs and cannot be overridden."
+            )
+    if size > ENV_MAX_BYTES:
+        result.add("env", f"The environment is {size} bytes; at most {ENV_MAX_BYTES}.")
+
+
+def _validate_scalars(req: JobRequest, result: ValidationResult) -> None:
+    r = result.resolved
+    if req.name and (len(req.name) > NAME_MAX or not NAME_RE.match(req.name)):
+        result.add(
+            "name",
+            f"{req.name!r} is not a valid name: lower-case letters, digits and '-', starting and "
+            f"ending with a letter or digit, at most {NAME_MAX} characters.",
+        )
+    if req.priority not in PRIORITIES:
+        result.add("priority", f"Unknown priority {req.priority!r}; choose high, normal or low.")
+    minutes = req.max_runtime_minutes
+    if minutes is None:
+        r.max_runtime_minutes = DEFAULT_RUNTIME_MINUTES
+    elif not isinstance(minutes, int) or not 1 <= minutes <= MAX_RUNTIME_MINUTES:
+        result.add(
+            "max_runtime_minutes",
+            f"The maximum runtime must be 1 to {MAX_RUNTIME_MINUTES} minutes (7 days).",
+        )
+    else:
+        r.max_runtime_minutes = minutes
+    for name, value in (("cpu", req.cpu), ("memory", req.memory)):
+        if value and (parse_quantity(value) is None or parse_quantity(value) <= 0):
+            example = "4 or 500m" if name == "cpu" else "64Gi"
+            result.add(name, f"{value!r} is not a valid {name} quantity (e.g. {example}).")
+
+
+def _validate_shape(req: JobRequest, result: ValidationResult) -> None:
+    """GPUs, MIG profile, replicas and backend against the job kind."""
+    r = result.resolved
+    if req.kind == "mig":
+        if req.gpus not in (None, 0, 1):
+            result.add("gpus", "A MIG job gets exactly one MIG slice; do not ask for whole GPUs.")
+        if not req.mig_profile:
+            result.add("mig_profile", "A MIG job needs a MIG profile, e.g. 1g.10gb.")
+        r.gpus = 0
+    else:
+        if req.mig_profile:
+            result.add("mig_profile", "Only MIG jobs take a MIG profile; use kind 'mig'.")
+        gpus = 1 if req.gpus is None else req.gpus
+        if not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS_PER_POD:
+            result.add("gpus", f"GPUs per pod must be 1 to {MAX_GPUS_PER_POD} whole GPUs.")
+        r.gpus = gpus if isinstance(gpus, int) else 0
+    if req.kind == "gang":
+        replicas = req.replicas
+        if not isinstance(replicas, int) or not GANG_MIN <= replicas <= GANG_MAX:
+            result.add(
+                "replicas", f"A gang job has {GANG_MIN} to {GANG_MAX} pods that start together."
+            )
+        else:
+            r.replicas = replicas
+        if req.backend and req.backend not in BACKENDS:
+            result.add("backend", f"Unknown backend {req.backend!r}; choose kueue or volcano.")
+        r.backend = req.backend or "kueue"
+    else:
+        if req.replicas not in (None, 1):
+            result.add("replicas", "Only gang jobs have several pods; use kind 'gang'.")
+        if req.backend not in ("", "kueue"):
+            result.add("backend", "Single and MIG jobs run on Kueue; backend applies to gang jobs.")
+        r.replicas = 1
+        r.backend = "kueue"
+
+
+def _pools_listing(pools: list[PoolFacts]) -> str:
+    return ", ".join(p.slug for p in pools) or "none"
+
+
+def _resolve_pools(
+    req: JobRequest, pools: list[PoolFacts], result: ValidationResult
+) -> list[PoolFacts]:
+    """The pools this job could run in: chosen one (or all of the project's) that fit its shape."""
+    r = result.resolved
+    if not pools:
+        result.add("project", f"Project {req.project_slug} has no GPU quota in any pool.")
+        return []
+    candidates = pools
+    if req.pool:
+        candidates = [p for p in pools if p.slug == req.pool]
+        if not candidates:
+            result.add(
+                "pool",
+                f"Project {req.project_slug} has no quota in pool {req.pool!r}; "
+                f"its pools: {_pools_listing(pools)}.",
+            )
+            return []
+    if req.kind == "mig" and req.mig_profile:
+        offered = []
+        reasons = []
+        for pool in candidates:
+            try:
+                mig.validate_profile(pool.gpu_model, req.mig_profile)
+            except ValueError as exc:
+                reasons.append(f"pool {pool.slug}: {exc}")
+                continue
+            if req.mig_profile not in pool.mig_profiles:
+                offers = ", ".join(pool.mig_profiles) or "none"
+                reasons.append(
+                    f"pool {pool.slug} does not offer {req.mig_profile} (it offers: {offers})."
+                )
+                continue
+            offered.append(pool)
+        if not offered:
+            for reason in reasons:
+                result.add("mig_profile", reason)
+            return []
+        r.mig_resource = mig.resource_name(req.mig_profile)
+        candidates = offered
+    elif req.kind in ("single", "gang") and r.gpus:
+        fitting = [p for p in candidates if p.gpus_per_node >= r.gpus]
+        if not fitting:
+            largest = max(p.gpus_per_node for p in candidates)
+            where = f"pool {req.pool}" if req.pool else "any pool of the project"
+            result.add(
+                "gpus",
+                f"{_plural(r.gpus, 'GPU')} per pod will not fit: the largest node in {where} "
+                f"has {largest} GPUs.",
+            )
+            return []
+        candidates = fitting
+    return candidates
+
+
+def _check_admissible(
+    req: JobRequest, candidates: list[PoolFacts], result: ValidationResult
+) -> list[PoolFacts]:
+    r = result.resolved
+    resource = req.mig_profile if req.kind == "mig" else FULL_GPU
+    per_pod = 1 if req.kind == "mig" else r.gpus
+    needed = per_pod * r.replicas
+    unit = f"{req.mig_profile} MIG slice" if req.kind == "mig" else "GPU"
+    admissible = []
+    limits = []
+    for pool in candidates:
+        maximum = pool.maximum.get(resource, 0)
+        capacity = pool.gpus_per_node * pool.node_count if resource == FULL_GPU else None
+        if needed <= maximum and (capacity is None or needed <= capacity):
+            admissible.append(pool)
+        else:
+            limits.append(f"{maximum} in pool {pool.slug}")
+    if not admissible:
+        shape = f" ({r.replicas} pods × {_plural(per_pod, unit)})" if r.replicas > 1 else ""
+        result.add(
+            "mig_profile" if req.kind == "mig" else "gpus",
+            f"This job needs {_plural(needed, unit)}{shape} at once, but project "
+            f"{req.project_slug} may never use more than {'; '.join(limits)}, "
+            "so it could never be admitted.",
+        )
+    return admissible
+
+
+def _min_default(pools: list[PoolFacts], attr: str) -> str:
+    values = [getattr(p, attr) for p in pools]
+    return min(values, key=lambda v: parse_quantity(v) or Decimal(0))
+
+
+def validate_job_request(req: JobRequest, pools: list[PoolFacts]) -> ValidationResult:
+    """All rules for a job request against the project's pools (pools with any quota)."""
+    result = ValidationResult()
+    if req.kind not in KINDS:
+        result.add("kind", f"Unknown kind {req.kind!r}; choose single, mig or gang.")
+        return result
+    _validate_scalars(req, result)
+    _validate_image(req, result)
+    _validate_command(req, result)
+    _validate_env(req, result)
+    _validate_shape(req, result)
+    if result.errors:
+        return result
+    candidates = _resolve_pools(req, pools, result)
+    if not candidates:
+        return result
+    admissible = _check_admissible(req, candidates, result)
+    if not admissible:
+        return result
+    r = result.resolved
+    r.eligible_pools = [p.slug for p in admissible]
+    # Defaults per pool; with several eligible pools, the smallest default fits any of them.
+    r.cpu = req.cpu or _min_default(admissible, "default_cpu")
+    r.memory = req.memory or _min_default(admissible, "default_memory")
+    return result

@@ -1,0 +1,201 @@
+"""A few verbs on plain dicts: server-side apply, get, list by label, delete.
+
+Every write is a server-side apply (PATCH application/apply-patch+yaml) under one field manager,
+"gpu-portal", with force, so applying the same object twice is a no-op and the portal's fields
+win over stale ones. Errors are classified once, here: RetryableKubeError (409 conflicts, 429,
+5xx, connection failures — try again later) or PermanentKubeError (other 4xx: the request itself
+is wrong; carries the API server's message for the user).
+"""
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from portal.kube import labels as L
+from portal.kube.client import get_api_client
+
+# kind → (plural, namespaced). No discovery round-trips: the portal only speaks these kinds.
+KINDS: dict[str, tuple[str, bool]] = {
+    "Namespace": ("namespaces", False),
+    "Pod": ("pods", True),
+    "Service": ("services", True),
+    "Event": ("events", True),
+    "ResourceQuota": ("resourcequotas", True),
+    "Job": ("jobs", True),  # batch/v1 and batch.volcano.sh/v1alpha1
+    "PriorityClass": ("priorityclasses", False),
+    "ResourceFlavor": ("resourceflavors", False),
+    "ClusterQueue": ("clusterqueues", False),
+    "LocalQueue": ("localqueues", True),
+    "Cohort": ("cohorts", False),
+    "WorkloadPriorityClass": ("workloadpriorityclasses", False),
+    "Workload": ("workloads", True),
+    "Queue": ("queues", False),  # scheduling.volcano.sh
+    "PodGroup": ("podgroups", True),
+    "Command": ("commands", True),
+}
+
+
+class KubeError(Exception):
+    def __init__(self, message: str, *, status: int | None = None, reason: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.reason = reason
+
+
+class RetryableKubeError(KubeError):
+    """Transient: conflict, throttling, server error or no connection. Retry with backoff."""
+
+
+class PermanentKubeError(KubeError):
+    """The API server rejected the request itself (validation, forbidden, bad request)."""
+
+
+def _server_message(exc: ApiException) -> tuple[str, str]:
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    reason = body.get("reason") if isinstance(body, dict) else None
+    return (message or exc.reason or f"HTTP {exc.status}", reason or str(exc.reason or ""))
+
+
+def classify(exc: BaseException) -> KubeError:
+    if isinstance(exc, KubeError):
+        return exc
+    if isinstance(exc, ApiException):
+        status = int(exc.status or 0)
+        message, reason = _server_message(exc)
+        if status == 0 or status in (409, 429) or status >= 500:
+            return RetryableKubeError(message, status=status or None, reason=reason)
+        return PermanentKubeError(message, status=status, reason=reason)
+    if isinstance(exc, urllib3.exceptions.HTTPError | OSError | TimeoutError):
+        return RetryableKubeError(f"cannot reach the Kubernetes API: {exc}")
+    raise exc
+
+
+def object_path(api_version: str, kind: str, namespace: str | None, name: str | None) -> str:
+    plural, namespaced = KINDS.get(kind, (kind.lower() + "s", namespace is not None))
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    if namespaced:
+        if not namespace:
+            raise ValueError(f"{kind} is namespaced: a namespace is required")
+        base += f"/namespaces/{quote(namespace, safe='')}"
+    base += f"/{plural}"
+    if name:
+        base += f"/{quote(name, safe='')}"
+    return base
+
+
+def _call(
+    method: str,
+    path: str,
+    *,
+    query: list[tuple[str, str]] | None = None,
+    body: Any = None,
+    content_type: str = "application/json",
+) -> dict[str, Any]:
+    api = get_api_client()
+    headers = {"Accept": "application/json", "Content-Type": content_type}
+    try:
+        response = api.call_api(
+            path,
+            method,
+            query_params=query or [],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+            _preload_content=False,
+        )
+        data = response.data
+    except Exception as exc:  # classify() re-raises anything it does not recognise
+        raise classify(exc) from exc
+    return json.loads(data) if data else {}
+
+
+def _meta(obj: dict[str, Any]) -> tuple[str, str, str | None, str]:
+    meta = obj.get("metadata") or {}
+    return obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"]
+
+
+def apply(obj: dict[str, Any], *, force: bool = True) -> dict[str, Any]:
+    """Server-side apply one object; returns the object as the server now holds it."""
+    api_version, kind, namespace, name = _meta(obj)
+    query = [("fieldManager", L.FIELD_MANAGER)]
+    if force:
+        query.append(("force", "true"))
+    return _call(
+        "PATCH",
+        object_path(api_version, kind, namespace, name),
+        query=query,
+        body=obj,
+        content_type="application/apply-patch+yaml",
+    )
+
+
+def get(
+    api_version: str, kind: str, name: str, namespace: str | None = None
+) -> dict[str, Any] | None:
+    """The object, or None when it does not exist."""
+    try:
+        return _call("GET", object_path(api_version, kind, namespace, name))
+    except PermanentKubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def list_objects(
+    api_version: str,
+    kind: str,
+    *,
+    namespace: str | None = None,
+    label_selector: str | None = None,
+) -> list[dict[str, Any]]:
+    """Objects of a kind (across namespaces when namespace is None), optionally by label."""
+    plural, namespaced = KINDS.get(kind, (kind.lower() + "s", True))
+    if namespaced and namespace:
+        path = object_path(api_version, kind, namespace, None)
+    else:
+        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        path = f"{base}/{plural}"
+    query = [("labelSelector", label_selector)] if label_selector else []
+    data = _call("GET", path, query=query)
+    items = data.get("items") or []
+    # Lists omit kind/apiVersion per item; put them back so items can be passed to delete().
+    for item in items:
+        item.setdefault("apiVersion", api_version)
+        item.setdefault("kind", kind)
+    return items
+
+
+def list_owned(
+    api_version: str, kind: str, *, namespace: str | None = None, selector: str = ""
+) -> list[dict[str, Any]]:
+    """Objects carrying the portal's managed-by label (plus an optional extra selector)."""
+    full = L.MANAGED_SELECTOR + (f",{selector}" if selector else "")
+    return list_objects(api_version, kind, namespace=namespace, label_selector=full)
+
+
+def delete(api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+    """Delete with background propagation (dependents are collected by the garbage collector).
+
+    Returns False when the object was already gone, which counts as success."""
+    body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+    try:
+        _call("DELETE", object_path(api_version, kind, namespace, name), body=body)
+    except PermanentKubeError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def delete_object(obj: dict[str, Any]) -> bool:
+    api_version, kind, namespace, name = _meta(obj)
+    return delete(api_version, kind, name, namespace)
