@@ -69,12 +69,16 @@ def render_value(value) -> str:
 def field_error(reason: str, field: str, value=_NO_VALUE, detail: str = "") -> dict:
     """One cause in the Status shape: {"reason", "message", "field"}."""
     words = _TYPE_WORDS.get(reason, "Invalid value")
-    if reason in (
-        "FieldValueRequired",
-        "FieldValueForbidden",
-        "FieldValueTooLong",
-        "InternalError",
-    ) or value is _NO_VALUE:
+    if (
+        reason
+        in (
+            "FieldValueRequired",
+            "FieldValueForbidden",
+            "FieldValueTooLong",
+            "InternalError",
+        )
+        or value is _NO_VALUE
+    ):
         body = words
     else:
         body = f"{words}: {render_value(value)}"
@@ -659,10 +663,9 @@ class CompiledSchema:
         def where() -> str:
             return format_path(path)
 
-        if node.enum is not None and value not in node.enum:
-            if not any(value == e and type(value) is type(e) for e in node.enum):
-                errors.append(not_supported(where(), value, node.enum))
-                run.blocking = True
+        if node.enum is not None and not _in_enum(value, node.enum):
+            errors.append(not_supported(where(), value, node.enum))
+            run.blocking = True
         if isinstance(value, str):
             if node.max_length is not None and len(value) > node.max_length:
                 errors.append(too_long(where(), node.max_length))
@@ -689,24 +692,22 @@ class CompiledSchema:
                 )
                 run.blocking = True
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            if node.minimum is not None:
-                if value < node.minimum or (node.exclusive_minimum and value == node.minimum):
-                    p = where()
-                    words = "greater than" if node.exclusive_minimum else "greater than or equal to"
-                    errors.append(
-                        invalid(
-                            p, value, f"{p} in body should be {words} {_number_text(node.minimum)}"
-                        )
-                    )
-            if node.maximum is not None:
-                if value > node.maximum or (node.exclusive_maximum and value == node.maximum):
-                    p = where()
-                    words = "less than" if node.exclusive_maximum else "less than or equal to"
-                    errors.append(
-                        invalid(
-                            p, value, f"{p} in body should be {words} {_number_text(node.maximum)}"
-                        )
-                    )
+            if node.minimum is not None and (
+                value < node.minimum or (node.exclusive_minimum and value == node.minimum)
+            ):
+                p = where()
+                words = "greater than" if node.exclusive_minimum else "greater than or equal to"
+                errors.append(
+                    invalid(p, value, f"{p} in body should be {words} {_number_text(node.minimum)}")
+                )
+            if node.maximum is not None and (
+                value > node.maximum or (node.exclusive_maximum and value == node.maximum)
+            ):
+                p = where()
+                words = "less than" if node.exclusive_maximum else "less than or equal to"
+                errors.append(
+                    invalid(p, value, f"{p} in body should be {words} {_number_text(node.maximum)}")
+                )
             if node.multiple_of:
                 quotient = value / node.multiple_of
                 if quotient != int(quotient):
@@ -756,12 +757,11 @@ class CompiledSchema:
         if node.all_of:
             for sub in node.all_of:
                 self._check(sub, value, path, _MISSING, run)
-        if node.any_of:
-            if not any(self._passes(sub, value, path) for sub in node.any_of):
-                p = where()
-                errors.append(
-                    invalid(p, value, f"{p} in body must validate at least one schema (anyOf)")
-                )
+        if node.any_of and not any(self._passes(sub, value, path) for sub in node.any_of):
+            p = where()
+            errors.append(
+                invalid(p, value, f"{p} in body must validate at least one schema (anyOf)")
+            )
         if node.one_of:
             passing = sum(1 for sub in node.one_of if self._passes(sub, value, path))
             if passing != 1:
@@ -792,6 +792,14 @@ def _go_regex(pattern: str) -> str:
     return (
         f"{pattern[: match.start()]}(?{flags}:{rest})" if flags else pattern[: match.start()] + rest
     )
+
+
+def _in_enum(value, enum: list) -> bool:
+    # JSON semantics: true is not 1, 1 and 1.0 are the same number
+    for allowed in enum:
+        if value == allowed and isinstance(value, bool) == isinstance(allowed, bool):
+            return True
+    return False
 
 
 def _map_key(item: dict, keys: tuple) -> tuple:
