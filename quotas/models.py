@@ -216,7 +216,7 @@ class ProjectQuota(models.Model):
             error = resource_error(pool, self.resource)
             if error:
                 errors["resource"] = [error]
-        project = self.project if self.project_id else None
+        project = _related(self, "project")
         if not errors and pool is not None and project is not None and self.nominal is not None:
             error = self._department_cap_error(project, pool)
             if error:
@@ -234,6 +234,7 @@ class ProjectQuota(models.Model):
             ProjectQuota.objects.filter(
                 project__department_id=project.department_id, pool=pool, resource=self.resource
             )
+            # A project not saved yet (admin add page with inline quotas) holds nothing yet.
             .exclude(project_id=project.pk)
             .aggregate(total=Sum("nominal"))["total"]
             or 0
@@ -274,15 +275,16 @@ class DepartmentQuota(models.Model):
         error = resource_error(pool, self.resource)
         if error:
             raise ValidationError({"resource": [error]})
-        if self.department_id and self.limit is not None:
+        department = _related(self, "department")
+        if department is not None and department.pk and self.limit is not None:
             held = (
                 ProjectQuota.objects.filter(
-                    project__department_id=self.department_id, pool=pool, resource=self.resource
+                    project__department_id=department.pk, pool=pool, resource=self.resource
                 ).aggregate(total=Sum("nominal"))["total"]
                 or 0
             )
             error = arithmetic.cap_error_for_limit(
-                department=self.department.slug,
+                department=department.slug,
                 pool=pool.slug,
                 resource=self.resource,
                 limit=self.limit,
@@ -290,6 +292,16 @@ class DepartmentQuota(models.Model):
             )
             if error:
                 raise ValidationError({"limit": [error]})
+
+
+def _related(instance: models.Model, name: str) -> models.Model | None:
+    """A foreign-key target even when it is not saved yet (an admin inline on an add page)."""
+    field = instance._meta.get_field(name)
+    if field.is_cached(instance):
+        return field.get_cached_value(instance)
+    if getattr(instance, field.attname) is None:
+        return None
+    return getattr(instance, name)
 
 
 def resource_error(pool: GpuPool, resource: str) -> str | None:
