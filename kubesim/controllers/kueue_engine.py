@@ -4,13 +4,13 @@ This module has no I/O. The controller (kueue.py) turns API objects into these s
 `KueueEngine.schedule()` and writes the decisions back. Behaviour follows Kueue v0.19's classical
 (non fair-sharing) scheduler:
 
-- quota per (flavor, resource) with nominalQuota, borrowingLimit and lendingLimit; a ClusterQueue in a
-  cohort may use its own unlent quota plus whatever the cohort has left, capped by its borrowingLimit;
+- quota per (flavor, resource) with nominalQuota, borrowingLimit and lendingLimit; a ClusterQueue
+  in a cohort may use its own unlent quota plus what the cohort has left, capped by borrowingLimit;
 - flavors are tried in the ClusterQueue's order per resource group; the first flavor that fits wins
   (borrowing allowed), otherwise the first flavor where preemption could help;
 - preemption candidates: lower-priority workloads of the same ClusterQueue (withinClusterQueue) and
-  workloads of ClusterQueues in the cohort that are borrowing (reclaimWithinCohort); the minimal set is
-  found greedily in Kueue's candidate order and then workloads that are not needed are added back;
+  workloads of ClusterQueues in the cohort that are borrowing (reclaimWithinCohort); the minimal
+  set is found greedily in Kueue's candidate order, then victims not needed are put back;
 - queue order is priority (high first) then queue-order timestamp (old first); every cycle takes one
   head per ClusterQueue, orders heads "not borrowing" first, then priority, then timestamp.
   BestEffortFIFO moves on past a head that does not fit; StrictFIFO stops at it.
@@ -237,6 +237,19 @@ class KueueEngine:
     # ---- workloads -----------------------------------------------------------------------
     def upsert(self, wl: Workload) -> None:
         """Add or replace a workload; its usage (if reserved) is charged to its ClusterQueue."""
+        old = self.workloads.get(wl.key)
+        if (
+            old is not None
+            and old.cluster_queue == wl.cluster_queue
+            and old.usage == wl.usage
+            and old.priority == wl.priority
+            and old.eligible_at == wl.eligible_at
+            and old.podsets == wl.podsets
+        ):
+            # Nothing that scheduling depends on changed: keep the quota state and its version.
+            wl.reserved_at = wl.reserved_at or old.reserved_at
+            self.workloads[wl.key] = wl
+            return
         self.remove(wl.key)
         self.workloads[wl.key] = wl
         if wl.usage is not None and wl.cluster_queue in self.cluster_queues:
@@ -436,10 +449,11 @@ class KueueEngine:
                 continue
             if other.cluster_queue == cq.name:
                 policy = cq.within_cluster_queue
-                if (policy == "LowerPriority" and other.priority < wl.priority) or (policy == "LowerOrNewerEqualPriority" and (
-                    other.priority < wl.priority
-                    or (other.priority == wl.priority and other.timestamp > wl.timestamp)
-                )):
+                lower = other.priority < wl.priority
+                newer_equal = other.priority == wl.priority and other.timestamp > wl.timestamp
+                if (policy == "LowerPriority" and lower) or (
+                    policy == "LowerOrNewerEqualPriority" and (lower or newer_equal)
+                ):
                     candidates.append(Target(other, IN_CLUSTER_QUEUE))
                 continue
             other_cq = self.cluster_queues.get(other.cluster_queue)
@@ -521,7 +535,7 @@ class KueueEngine:
         return pending
 
     def schedule(self, now: float) -> list[Decision]:
-        """One scheduling cycle. Reservations are applied to the engine; the caller persists them."""
+        """One scheduling cycle; the engine applies reservations, the caller persists them."""
         queues: dict[str, list[Workload]] = {}
         for wl in self.workloads.values():
             if (
