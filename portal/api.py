@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db.models import Model, QuerySet
 from django.utils.module_loading import module_has_submodule
 from rest_framework import permissions, viewsets
+from rest_framework.pagination import PageNumberPagination
 from rest_framework.routers import DefaultRouter
 
 from tenants.permissions import can_write
@@ -37,6 +38,14 @@ def load_api_modules() -> None:
             continue  # a third-party app
         if module_has_submodule(config.module, "api"):
             importlib.import_module(f"{config.name}.api")
+
+
+class PortalPagination(PageNumberPagination):
+    """?page=N, and ?page_size=M (at most 500) for scripts that want fewer round trips."""
+
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
 
 
 def project_of(obj: Model, project_field: str) -> Any:
@@ -79,6 +88,7 @@ class TenantScopedViewSet(viewsets.GenericViewSet):
     write_predicate: ClassVar[RolePredicate] = staticmethod(can_write)
     write_predicates: ClassVar[dict[str, RolePredicate]] = {}
     permission_classes = [ProjectRolePermission]
+    pagination_class = PortalPagination
 
     def shape_queryset(self, queryset: QuerySet) -> QuerySet:
         return queryset
@@ -102,3 +112,4 @@ class ClusterReadOnlyViewSet(viewsets.ReadOnlyModelViewSet):
 
     tenant_scoped: ClassVar[bool] = False
     permission_classes = [permissions.IsAuthenticated]
+    pagination_class = PortalPagination

@@ -145,7 +145,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # One schema enum per choice set, whatever the field is called.
-    "ENUM_NAME_OVERRIDES": {"RoleEnum": "tenants.models.Role"},
+    "ENUM_NAME_OVERRIDES": {
+        "RoleEnum": "tenants.models.Role",
+        "GangBackendEnum": "tenants.models.GangBackend",
+        "JobStateEnum": "jobs.states.JobState",
+        "PriorityEnum": "quotas.models.PriorityName",
+    },
 }
 
 REST_KNOX = {

@@ -111,8 +111,17 @@ class MembershipSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class _StrictSlugField(serializers.SlugRelatedField):
+    """A SlugRelatedField that refuses non-string input instead of querying with it."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 @extend_schema_field(OpenApiTypes.STR)
-class _VisibleProjectField(serializers.SlugRelatedField):
+class _VisibleProjectField(_StrictSlugField):
     default_error_messages = {
         "does_not_exist": "No project '{value}' that you belong to.",
         "invalid": "Give the project's slug.",
@@ -126,7 +135,7 @@ class _VisibleProjectField(serializers.SlugRelatedField):
 
 
 @extend_schema_field(OpenApiTypes.STR)
-class _UserByNameField(serializers.SlugRelatedField):
+class _UserByNameField(_StrictSlugField):
     default_error_messages = {
         "does_not_exist": "No user named '{value}'.",
         "invalid": "Give the user's username.",

@@ -95,9 +95,58 @@ def _assert_bob_removed(p, persona: str) -> None:
     assert not Membership.objects.filter(project=p.project_a, user=p.member).exists()
 
 
+def _job_in_a(p) -> Any:
+    """A submitted single-GPU job of project A (created once per test)."""
+    from jobs.models import Job
+
+    job, _ = Job.objects.get_or_create(
+        project=p.project_a,
+        name="train-1",
+        defaults={
+            "submitter": p.member,
+            "kind": "single",
+            "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+            "command": ["python", "train.py"],
+            "gpus": 1,
+            "pool": p.pool,
+            "cpu": "8",
+            "memory": "64Gi",
+            "max_runtime_minutes": 60,
+            "backend": "kueue",
+        },
+    )
+    return job
+
+
+def _job_payload(p) -> dict:
+    return {
+        "project": "alpha",
+        "name": "matrix-job",
+        "kind": "single",
+        "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+        "command": ["python", "train.py"],
+        "gpus": 1,
+        "pool": "h100",
+    }
+
+
+def _assert_job_submitted(p, persona: str) -> None:
+    from jobs.models import Job
+
+    job = Job.objects.get(project=p.project_a, name="matrix-job")
+    assert job.submitter == p.by_name(persona)
+    assert job.state == "submitted"
+
+
+def _assert_job_cancelled(p, persona: str) -> None:
+    _job_in_a(p).refresh_from_db()
+    assert _job_in_a(p).state == "cancelled"
+
+
 READ_ALL_IN_PROJECT = {"outsider": 404, "viewer": 200, "member": 200, "admin": 200, "staff": 200}
 LIST_OK = dict.fromkeys(PERSONA_NAMES, 200)
 ADMINS_ONLY = {"outsider": 404, "viewer": 403, "member": 403, "admin": 200, "staff": 200}
+WRITERS = {"outsider": 404, "viewer": 403, "member": 200, "admin": 200, "staff": 200}
 
 CASES: dict[str, Case] = {
     "projects": Case(
@@ -134,6 +183,19 @@ CASES: dict[str, Case] = {
         listed=lambda p, results: any(r["slug"] == "h100" for r in results),
         # Pools are the cluster's catalogue, not tenant data: every signed-in user reads them.
         expect={"list": LIST_OK, "retrieve": LIST_OK},
+    ),
+    "jobs": Case(
+        target=lambda p: str(_job_in_a(p).pk),
+        listed=lambda p, results: any(r["id"] == _job_in_a(p).pk for r in results),
+        payloads={"create": _job_payload},
+        expect={
+            "list": LIST_OK,
+            "retrieve": READ_ALL_IN_PROJECT,
+            "manifest": READ_ALL_IN_PROJECT,
+            "create": {"outsider": 400, "viewer": 403, "member": 201, "admin": 201, "staff": 201},
+            "cancel": WRITERS,
+        },
+        after={"create": _assert_job_submitted, "cancel": _assert_job_cancelled},
     ),
 }
 
@@ -176,11 +238,14 @@ def _url(endpoint: Endpoint, personas) -> str:
 def test_endpoint_answers_each_persona(endpoint, persona, personas, api_client_for):
     case = CASES[endpoint.basename]
     expected = case.expect[endpoint.action][persona]
+    case.target(personas)  # the object detail actions and list checks are about exists
     url = _url(endpoint, personas)
     payload = case.payloads.get(endpoint.action, lambda p: None)(personas)
     client = api_client_for(personas.by_name(persona))
 
-    response = getattr(client, endpoint.method)(url, payload, format="json")
+    response = getattr(client, endpoint.method)(
+        url, payload, format="json", HTTP_ACCEPT="application/json"
+    )
 
     assert response.status_code == expected, (persona, endpoint.id, response.content[:300])
     if response.status_code >= 400:
@@ -197,7 +262,9 @@ def test_endpoint_answers_each_persona(endpoint, persona, personas, api_client_f
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS, ids=lambda e: e.id)
 def test_anonymous_requests_are_refused_with_401(endpoint, personas, api_client):
-    response = getattr(api_client, endpoint.method)(_url(endpoint, personas), {}, format="json")
+    response = getattr(api_client, endpoint.method)(
+        _url(endpoint, personas), {}, format="json", HTTP_ACCEPT="application/json"
+    )
     assert response.status_code == 401
     assert response.json()["errors"] == {}
     assert response["WWW-Authenticate"] == "Token"
