@@ -38,6 +38,7 @@ __all__ = [
     "field_path_string",
     "fields_v1_to_paths",
     "paths_to_fields_v1",
+    "schema_list_map_keys",
     "semantically_equal",
     "server_side_apply",
     "update_managed_fields",
@@ -299,6 +300,47 @@ def builtin_list_map_keys(api_version: str, kind: str) -> ListMapKeys:
 
     def lookup(path: tuple) -> list[str] | str | None:
         return table.get(tuple(path))
+
+    return lookup
+
+
+def schema_list_map_keys(schema: dict | None) -> ListMapKeys:
+    """list_map_keys for a CRD version from its openAPIV3Schema (x-kubernetes-list-type,
+    x-kubernetes-list-map-keys, x-kubernetes-map-type); lists without a list type are atomic."""
+    cache: dict[tuple, Any] = {}
+
+    def through_items(node: dict) -> dict:
+        while isinstance(node, dict) and node.get("type") == "array":
+            node = node.get("items") or {}
+        return node
+
+    def lookup(path: tuple) -> list[str] | str | None:
+        path = tuple(path)
+        if path in cache:
+            return cache[path]
+        node: Any = schema or {}
+        for name in path:
+            node = through_items(node)
+            props = node.get("properties") or {}
+            if name in props:
+                node = props[name]
+            elif isinstance(node.get("additionalProperties"), dict):
+                node = node["additionalProperties"]
+            else:
+                node = None
+                break
+        result: list[str] | str | None = None
+        if isinstance(node, dict):
+            if node.get("type") == "array":
+                list_type = node.get("x-kubernetes-list-type")
+                if list_type == "map":
+                    result = list(node.get("x-kubernetes-list-map-keys") or [])
+                elif list_type == "set":
+                    result = []
+            elif node.get("x-kubernetes-map-type") == "atomic":
+                result = "atomic"
+        cache[path] = result
+        return result
 
     return lookup
 
