@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from kubesim.api import crds as crds_module
 from kubesim.api.builtins import register_builtins
 from kubesim.api.crds import CrdManager, read_crd_files
 from kubesim.api.registry import Registry
@@ -68,14 +69,35 @@ class Ctx:
     tasks: list = field(default_factory=list)
 
 
+_compiled: dict = {}
+_compile = crds_module.resource_type_from_crd
+_crd_files: dict = {}
+
+
+def _cached_resource_type(crd: dict):
+    """Compiling the big CRD schemas takes seconds; tests reuse them (the types are read-only)."""
+    key = ((crd.get("metadata") or {}).get("name"), id(crd.get("spec")))
+    found = _compiled.get(key)
+    if found is None:
+        found = _compiled[key] = _compile(crd)
+    return found
+
+
 def make_store(*crd_dirs: str) -> tuple[Store, ManualClock]:
     registry = Registry()
     register_builtins(registry)
     clock = ManualClock()
     store = Store(registry, clock)
-    manager = CrdManager(store)
-    dirs = crd_dirs or ("kueue", "volcano")
-    manager.create_all(read_crd_files([shared_crds_dir() / d for d in dirs]))
+    crds_module.resource_type_from_crd = _cached_resource_type
+    try:
+        manager = CrdManager(store)
+        dirs = crd_dirs or ("kueue", "volcano")
+        if dirs not in _crd_files:
+            _crd_files[dirs] = read_crd_files([shared_crds_dir() / d for d in dirs])
+        # create_all copies only the top level, so the spec objects (the cache key) are shared
+        manager.create_all(_crd_files[dirs])
+    finally:
+        crds_module.resource_type_from_crd = _compile
     return store, clock
 
 
