@@ -307,7 +307,8 @@ def test_higher_priority_preempts_lower_in_same_cluster_queue(kueue):
     assert job_now(store, high)["spec"]["suspend"] is False
     assert job_now(store, low)["spec"]["suspend"] is True
     reasons = [r for r, _ in events_for(store, workload_of(store, low))]
-    assert "Preempted" in reasons and "EvictedDueToPreempted" in reasons
+    assert "Preempted" in reasons
+    assert "EvictedDueToPreempted" in reasons
 
 
 def test_pods_ready_timeout_evicts_and_requeues_with_backoff(kueue):
@@ -393,7 +394,8 @@ def test_visibility_positions_follow_priority_then_fifo(kueue):
     ]
     response = asyncio.run(handler(Request()))
     body = json.loads(response.body)
-    assert body["kind"] == "PendingWorkloadsSummary" and len(body["items"]) == 2
+    assert body["kind"] == "PendingWorkloadsSummary"
+    assert len(body["items"]) == 2
 
 
 def test_webhooks_answer_like_kueue(kueue):
