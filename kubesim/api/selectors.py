@@ -170,9 +170,8 @@ def labels_match(reqs: list[Requirement], labels: dict | None) -> bool:
         elif op == "exists":
             if key not in labels:
                 return False
-        elif op == "!exists":
-            if key in labels:
-                return False
+        elif op == "!exists" and key in labels:
+            return False
     return True
 
 

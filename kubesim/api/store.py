@@ -159,6 +159,10 @@ class Store:
             return None
         return deep_copy(self.render(rtype, obj, split_api_version(api_version)[1]))
 
+    def try_get_raw(self, rtype: ResourceType, namespace: str | None, name: str) -> dict | None:
+        """The stored dict itself (read-only!) or None."""
+        return self._raw(rtype, namespace, name)
+
     def get_raw(self, rtype: ResourceType, namespace: str | None, name: str) -> dict:
         """The stored dict itself (read-only!), for the HTTP layer."""
         obj = self._raw(rtype, namespace, name)
@@ -261,27 +265,14 @@ class Store:
             self._validate_name(rtype, obj["metadata"].get("name", ""), causes)
         schema = rtype.schemas.get(rtype.storage_version)
         if schema is not None:
-            result = schema.apply_defaults(obj)
-            if isinstance(result, dict):
-                obj = result
-            if field_validation in ("Strict", "Warn"):
-                before = deep_copy(obj)
-            result = schema.prune(obj)
-            if isinstance(result, dict):
-                obj = result
-            if field_validation in ("Strict", "Warn"):
-                unknown = _removed_paths(before, obj)
-                if unknown:
-                    if field_validation == "Strict":
-                        if len(unknown) == 1:
-                            raise errors.bad_request(
-                                f'strict decoding error: unknown field "{unknown[0]}"'
-                            )
-                        raise errors.bad_request(
-                            "strict decoding error: "
-                            + ", ".join(f'unknown field "{p}"' for p in unknown)
-                        )
-                    self.warnings.extend(f'unknown field "{p}"' for p in unknown)
+            schema.apply_defaults(obj)
+            unknown = schema.prune(obj)
+            if unknown and field_validation == "Strict":
+                raise errors.bad_request(
+                    "strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in unknown)
+                )
+            if unknown and field_validation == "Warn":
+                self.warnings.extend(f'unknown field "{p}"' for p in unknown)
             causes.extend(schema.validate(obj, old) or [])
         if not rtype.is_crd:
             causes.extend(builtin_validation.validate_builtin(obj) or [])
@@ -309,8 +300,8 @@ class Store:
             raise errors.not_found("namespaces", namespace)
         if ns_obj["metadata"].get("deletionTimestamp"):
             raise errors.forbidden(
-                f'{rtype.plural} "{"" if False else ""}" is forbidden: unable to create new '
-                f"content in namespace {namespace} because it is being terminated",
+                f"{rtype.plural} is forbidden: unable to create new content"
+                f" in namespace {namespace} because it is being terminated",
                 details={"kind": rtype.plural},
             )
 
@@ -623,8 +614,7 @@ class Store:
             applied_meta = applied.setdefault("metadata", {})
             if applied_meta.get("name") not in (None, name):
                 raise errors.bad_request(
-                    "the name of the object (%s) does not match the name on the URL (%s)"
-                    % (applied_meta.get("name"), name)
+                    "the name of the object ({}) does not match the name on the URL ({})".format(applied_meta.get("name"), name)
                 )
             applied_meta["name"] = name
             if rtype.namespaced:
@@ -1051,22 +1041,6 @@ class Store:
         self._history.clear()
         self._history_floor = self._rv
         self.dirty = False
-
-
-def _removed_paths(before, after, prefix: str = "") -> list[str]:
-    """Field paths present in `before` and absent from `after` (what pruning dropped)."""
-    paths: list[str] = []
-    if isinstance(before, dict) and isinstance(after, dict):
-        for key, value in before.items():
-            path = f"{prefix}.{key}" if prefix else key
-            if key not in after:
-                paths.append(path)
-            else:
-                paths.extend(_removed_paths(value, after[key], path))
-    elif isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
-        for index, (b, a) in enumerate(zip(before, after, strict=True)):
-            paths.extend(_removed_paths(b, a, f"{prefix}[{index}]"))
-    return paths
 
 
 def _apply_conflict(rtype: ResourceType, name: str, exc, version: str) -> errors.ApiError:

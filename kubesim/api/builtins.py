@@ -1,0 +1,206 @@
+"""Registry entries for the built-in kinds kubesim serves (no controllers for most of them)."""
+
+from __future__ import annotations
+
+from kubesim.api.registry import Registry, ResourceType
+
+_ALL = ["all"]
+
+# (group, version, kind, plural, singular, namespaced, short names, categories, subresources)
+_BUILTINS: list[tuple] = [
+    ("", "v1", "Namespace", "namespaces", "namespace", False, ["ns"], [], {"status", "finalize"}),
+    ("", "v1", "Node", "nodes", "node", False, ["no"], [], {"status", "proxy"}),
+    (
+        "",
+        "v1",
+        "Pod",
+        "pods",
+        "pod",
+        True,
+        ["po"],
+        _ALL,
+        {"status", "log", "proxy", "binding", "eviction", "ephemeralcontainers", "resize"},
+    ),
+    ("", "v1", "Event", "events", "event", True, ["ev"], [], set()),
+    ("", "v1", "Service", "services", "service", True, ["svc"], _ALL, {"status", "proxy"}),
+    ("", "v1", "Endpoints", "endpoints", "endpoints", True, ["ep"], [], set()),
+    ("", "v1", "ConfigMap", "configmaps", "configmap", True, ["cm"], [], set()),
+    ("", "v1", "Secret", "secrets", "secret", True, [], [], set()),
+    ("", "v1", "ResourceQuota", "resourcequotas", "resourcequota", True, ["quota"], [], {"status"}),
+    ("", "v1", "LimitRange", "limitranges", "limitrange", True, ["limits"], [], set()),
+    ("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", True, ["sa"], [], set()),
+    (
+        "",
+        "v1",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+        "persistentvolumeclaim",
+        True,
+        ["pvc"],
+        [],
+        {"status"},
+    ),
+    ("events.k8s.io", "v1", "Event", "events", "event", True, ["ev"], [], set()),
+    ("batch", "v1", "Job", "jobs", "job", True, [], _ALL, {"status"}),
+    ("batch", "v1", "CronJob", "cronjobs", "cronjob", True, ["cj"], _ALL, {"status"}),
+    (
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        "deployment",
+        True,
+        ["deploy"],
+        _ALL,
+        {"status", "scale"},
+    ),
+    (
+        "apps",
+        "v1",
+        "StatefulSet",
+        "statefulsets",
+        "statefulset",
+        True,
+        ["sts"],
+        _ALL,
+        {"status", "scale"},
+    ),
+    (
+        "apps",
+        "v1",
+        "ReplicaSet",
+        "replicasets",
+        "replicaset",
+        True,
+        ["rs"],
+        _ALL,
+        {"status", "scale"},
+    ),
+    ("apps", "v1", "DaemonSet", "daemonsets", "daemonset", True, ["ds"], _ALL, {"status"}),
+    (
+        "scheduling.k8s.io",
+        "v1",
+        "PriorityClass",
+        "priorityclasses",
+        "priorityclass",
+        False,
+        ["pc"],
+        [],
+        set(),
+    ),
+    ("coordination.k8s.io", "v1", "Lease", "leases", "lease", True, [], [], set()),
+    (
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        False,
+        ["crd", "crds"],
+        ["api-extensions"],
+        {"status"},
+    ),
+]
+
+_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
+def minimal_openapi_schema(kind: str) -> dict:
+    """A permissive structural schema: the shape kubectl needs, no field-level detail."""
+    properties: dict = {
+        "apiVersion": {
+            "type": "string",
+            "description": "APIVersion defines the versioned schema of this object.",
+        },
+        "kind": {
+            "type": "string",
+            "description": "Kind is a string value representing the "
+            "REST resource this object represents.",
+        },
+        "metadata": {
+            "type": "object",
+            "description": "Standard object's metadata.",
+            "x-kubernetes-preserve-unknown-fields": True,
+        },
+    }
+    if kind in ("ConfigMap", "Secret"):
+        properties["data"] = {"type": "object", "additionalProperties": {"type": "string"}}
+        if kind == "ConfigMap":
+            properties["binaryData"] = {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+            }
+        else:
+            properties["stringData"] = {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+            }
+            properties["type"] = {"type": "string"}
+        properties["immutable"] = {"type": "boolean"}
+    elif kind == "Event":
+        for field in ("involvedObject", "source", "series", "related", "regarding"):
+            properties[field] = dict(_OBJECT)
+        for field in (
+            "reason",
+            "message",
+            "type",
+            "action",
+            "reportingComponent",
+            "reportingInstance",
+            "reportingController",
+            "note",
+            "firstTimestamp",
+            "lastTimestamp",
+            "eventTime",
+        ):
+            properties[field] = {"type": "string"}
+        properties["count"] = {"type": "integer", "format": "int32"}
+    elif kind == "Endpoints":
+        properties["subsets"] = {"type": "array", "items": dict(_OBJECT)}
+    elif kind == "ServiceAccount":
+        properties["secrets"] = {"type": "array", "items": dict(_OBJECT)}
+        properties["imagePullSecrets"] = {"type": "array", "items": dict(_OBJECT)}
+        properties["automountServiceAccountToken"] = {"type": "boolean"}
+    elif kind == "PriorityClass":
+        properties["value"] = {"type": "integer", "format": "int32"}
+        properties["globalDefault"] = {"type": "boolean"}
+        properties["description"] = {"type": "string"}
+        properties["preemptionPolicy"] = {"type": "string"}
+    else:
+        properties["spec"] = dict(_OBJECT)
+        properties["status"] = dict(_OBJECT)
+    return {
+        "type": "object",
+        "description": f"{kind} (kubesim built-in).",
+        "properties": properties,
+    }
+
+
+def builtin_types() -> list[ResourceType]:
+    types = []
+    for group, version, kind, plural, singular, namespaced, short, cats, subs in _BUILTINS:
+        types.append(
+            ResourceType(
+                group=group,
+                kind=kind,
+                plural=plural,
+                singular=singular,
+                namespaced=namespaced,
+                versions=[version],
+                storage_version=version,
+                short_names=list(short),
+                categories=list(cats),
+                subresources=set(subs),
+                schemas={version: None},
+                printer_columns={},
+                selectable_fields={},
+                is_crd=False,
+                openapi_schemas={version: minimal_openapi_schema(kind)},
+            )
+        )
+    return types
+
+
+def register_builtins(registry: Registry) -> None:
+    for rtype in builtin_types():
+        registry.add(rtype)
