@@ -20,6 +20,7 @@ from decimal import Decimal, InvalidOperation
 from kubesim.api.errors import ApiError
 from kubesim.clock import rfc3339
 from kubesim.controllers import events
+from kubesim.controllers.context import follow
 
 DEFAULT_SCHEDULER = "default-scheduler"
 FIELD_MANAGER = "kube-scheduler"
@@ -530,26 +531,14 @@ class DefaultScheduler:
                 mark_unschedulable(self.store, current, failure_message(len(nodes), failure))
 
     async def run(self) -> None:
-        pods = self.store.watch("v1", "Pod")
-        nodes = self.store.watch("v1", "Node")
-        for pod in self.store.list("v1", "Pod"):
-            self.on_pod("ADDED", pod)
         self.tracker.fed = True
-        self.ctx.spawn(self._follow_nodes(nodes), "scheduler-nodes")
+        self.ctx.spawn(follow(self.store, "v1", "Node", self.on_node), "scheduler-nodes")
         self.ctx.spawn(self._loop(), "scheduler-loop")
-        try:
-            async for event_type, pod in pods:
-                self.on_pod(event_type, pod)
-        finally:
-            pods.close()
+        await follow(self.store, "v1", "Pod", self.on_pod)
 
-    async def _follow_nodes(self, subscription) -> None:
-        try:
-            async for _event_type, _node in subscription:
-                if self.queue:
-                    self.wake.set()
-        finally:
-            subscription.close()
+    def on_node(self, _event_type: str, _node: dict) -> None:
+        if self.queue:
+            self.wake.set()
 
     async def _loop(self) -> None:
         while True:

@@ -1,0 +1,456 @@
+"""Simulated dcgm-exporter: Prometheus text for each GPU node, served through the API server's pod
+and service proxies exactly where a real GPU Operator install serves it:
+
+    GET /api/v1/namespaces/gpu-operator/pods/<exporter-pod>:9400/proxy/metrics
+    GET /api/v1/namespaces/gpu-operator/services/nvidia-dcgm-exporter:9400/proxy/metrics
+
+The service proxy goes to one exporter pod per request, round-robin over the ready nodes (as
+kube-proxy spreads connections over a Service's endpoints); scrape the pods for every node.
+
+Format: dcgm-exporter 4.2 with the default counters (default-counters.csv), label order `gpu`,
+`UUID`, `pci_bus_id`, `device`, `modelName`, [`GPU_I_PROFILE`, `GPU_I_ID`], `Hostname`,
+`DCGM_FI_DRIVER_VERSION`, then the pod attributes `container`, `namespace`, `pod` for devices held
+by a pod. MIG-enabled GPUs are reported only as GPU instances (the exporter's default -d f), which
+carry the parent GPU's UUID and device-level readings, their own framebuffer and profiling
+ratios, and no DCGM_FI_DEV_GPU_UTIL / MEM_COPY_UTIL / ENC_UTIL / DEC_UTIL / PCIe byte rates.
+Readings follow the load: a GPU held by a running container is busy (utilisation, memory, power,
+clocks and temperature rise with it), an idle one stays low; noise is a hash of the device and
+the simulated time, so scrapes are repeatable.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import zlib
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from kubesim.api.errors import ApiError
+from kubesim.cluster import (
+    DCGM_APP_LABEL,
+    DCGM_PORT,
+    GPU_OPERATOR_NAMESPACE,
+    Cluster,
+    Gpu,
+    NodeSpec,
+)
+
+# (field, prometheus type, help) in default-counters.csv order.
+COUNTERS = [
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    (
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "counter",
+        "Total energy consumption since boot (in mJ).",
+    ),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries."),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
+    ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %)."),
+    ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB)."),
+    (
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "counter",
+        "Total number of NVLink bandwidth counters for all lanes.",
+    ),
+    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status"),
+    (
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for uncorrectable errors",
+    ),
+    (
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for correctable errors",
+    ),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
+    (
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "gauge",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+    ),
+    (
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "gauge",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+    ),
+    (
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "gauge",
+        "The rate of data transmitted over the PCIe bus - including both protocol headers and data "
+        "payloads - in bytes per second.",
+    ),
+    (
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "gauge",
+        "The rate of data received over the PCIe bus - including both protocol headers and data "
+        "payloads - in bytes per second.",
+    ),
+]
+DOUBLE_FIELDS = {
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_PROF_DRAM_ACTIVE",
+}
+# Fields a GPU instance (MIG) series does not carry.
+NOT_ON_MIG = {
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_ENC_UTIL",
+    "DCGM_FI_DEV_DEC_UTIL",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+}
+XID_MESSAGES = {
+    13: "Graphics Engine Exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "Preemptive cleanup, due to previous errors",
+    48: "Double Bit ECC Error",
+    61: "Internal micro-controller breakpoint/warning (newer drivers)",
+    62: "Internal micro-controller halt (newer drivers)",
+    63: "ECC page retirement or row remapping recording event",
+    64: "ECC page retirement or row remapper recording failure",
+    68: "NVDEC0 Exception",
+    74: "NVLINK Error",
+    79: "GPU has fallen off the bus",
+    92: "High single-bit ECC error rate",
+    94: "Contained ECC error",
+    95: "Uncontained ECC error",
+    109: "Context Switch Timeout Error",
+    119: "GSP RPC Timeout",
+    120: "GSP Error",
+}
+RESERVED_MIB = {"full": 546, "mig": 0}
+
+
+def _noise(*parts) -> float:
+    """Deterministic noise in [-1, 1) for a device and a time bucket."""
+    return (zlib.crc32("/".join(str(p) for p in parts).encode()) % 20000) / 10000.0 - 1.0
+
+
+def _fmt(name: str, value: float) -> str:
+    if name in DOUBLE_FIELDS:
+        return f"{value:f}"
+    return str(round(value))
+
+
+@dataclass
+class Thermal:
+    temp: float
+    at: float
+    energy_mj: float
+    nvlink: float
+
+
+class Exporter:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.store = ctx.store
+        self.clock = ctx.clock
+        self.cluster: Cluster = ctx.cluster
+        self.thermal: dict[str, Thermal] = {}
+        self._round_robin = itertools.count()
+
+    @property
+    def kubelet(self):
+        return self.ctx.extras.get("kubelet")
+
+    # -- load model
+    def _holder(self, node: str, device_uuid: str) -> tuple[str, str, str] | None:
+        kubelet = self.kubelet
+        return kubelet.devices.holder(node, device_uuid) if kubelet else None
+
+    def _busy(self, node: str, holder: tuple[str, str, str] | None) -> tuple[bool, str]:
+        """Whether the holding container is running now, and a seed for its load level."""
+        if holder is None or self.kubelet is None:
+            return False, ""
+        runner = self.kubelet.runners.get((holder[0], holder[1]))
+        if runner is None:
+            return False, ""
+        run = runner.containers.get(holder[2]) or runner.init_containers.get(holder[2])
+        if run is None or not run.attempts:
+            return False, runner.uid
+        attempt = run.attempts[-1]
+        return attempt.finished is None and run.waiting_reason != "CrashLoopBackOff", runner.uid
+
+    def _load(self, seed: str, key: str, busy: bool, now: float) -> float:
+        """Utilisation ratio 0..1."""
+        bucket = int(now // 15)
+        if not busy:
+            return 0.0
+        base = 0.72 + 0.24 * ((zlib.crc32(seed.encode()) % 1000) / 1000.0)
+        return max(0.05, min(1.0, base + 0.05 * _noise(key, bucket)))
+
+    def _thermal(self, gpu: Gpu, node: str, util: float, now: float) -> Thermal:
+        model = gpu.model
+        idle_temp = 29.0 + 4 * abs(_noise(gpu.uuid, "idle"))
+        state = self.thermal.get(gpu.uuid)
+        power = model.idle_power_w + (model.max_power_w - model.idle_power_w) * util * 0.88
+        if state is None:
+            boot = 1e8 + abs(_noise(gpu.uuid, "boot")) * 5e9
+            state = self.thermal[gpu.uuid] = Thermal(idle_temp, now, boot, 0.0)
+        dt = max(0.0, now - state.at)
+        target = idle_temp + util * (46.0 + 6 * _noise(gpu.uuid, "hot"))
+        state.temp = target + (state.temp - target) * math.exp(-dt / 90.0)
+        state.energy_mj += power * dt * 1000.0
+        state.at = now
+        return state
+
+    # -- rendering
+    def _gpu_readings(self, node: NodeSpec, gpu: Gpu, now: float) -> dict:
+        """Device-level readings; the GPU's load is the mean over its instances when MIG."""
+        model = gpu.model
+        if gpu.mig_enabled:
+            loads = []
+            for inst in gpu.instances:
+                busy, seed = self._busy(node.name, self._holder(node.name, inst.uuid))
+                loads.append(
+                    self._load(seed, inst.uuid, busy, now) * inst.profile.compute_slices / 7
+                )
+            util = min(1.0, sum(loads))
+        else:
+            busy, seed = self._busy(node.name, self._holder(node.name, gpu.uuid))
+            util = self._load(seed, gpu.uuid, busy, now)
+        state = self._thermal(gpu, node.name, util, now)
+        bucket = int(now // 15)
+        power = model.idle_power_w + (model.max_power_w - model.idle_power_w) * util * 0.88
+        power += 2.5 * _noise(gpu.uuid, "p", bucket)
+        sm_clock = model.max_sm_clock if util > 0 else model.idle_sm_clock
+        return {
+            "util": util,
+            "DCGM_FI_DEV_SM_CLOCK": sm_clock,
+            "DCGM_FI_DEV_MEM_CLOCK": model.mem_clock,
+            "DCGM_FI_DEV_MEMORY_TEMP": state.temp + 4 + util * 6,
+            "DCGM_FI_DEV_GPU_TEMP": state.temp,
+            "DCGM_FI_DEV_POWER_USAGE": max(model.idle_power_w * 0.8, power),
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": state.energy_mj,
+            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 0,
+            "DCGM_FI_DEV_XID_ERRORS": gpu.xid,
+        }
+
+    def _series(self, node: NodeSpec, gpu: Gpu, now: float) -> list[tuple[dict, dict]]:
+        """(labels, values) for every series of one physical GPU."""
+        device_level = self._gpu_readings(node, gpu, now)
+        base_labels = {
+            "gpu": str(gpu.index),
+            "UUID": gpu.uuid,
+            "pci_bus_id": gpu.pci_bus_id,
+            "device": f"nvidia{gpu.index}",
+            "modelName": gpu.model.nvml_name,
+        }
+        out: list[tuple[dict, dict]] = []
+        bucket = int(now // 15)
+        if gpu.mig_enabled:
+            entries = [(inst.uuid, inst) for inst in gpu.instances]
+        else:
+            entries = [(gpu.uuid, None)]
+        for device_uuid, inst in entries:
+            labels = dict(base_labels)
+            if inst is not None:
+                labels["GPU_I_PROFILE"] = inst.profile.name
+                labels["GPU_I_ID"] = str(inst.gi_id)
+            labels["Hostname"] = node.name
+            labels["DCGM_FI_DRIVER_VERSION"] = self.cluster.driver_version
+            holder = self._holder(node.name, device_uuid)
+            busy, seed = self._busy(node.name, holder)
+            util = (
+                self._load(seed, device_uuid, busy, now)
+                if inst is not None
+                else device_level["util"]
+            )
+            total = inst.profile.memory_mib if inst is not None else gpu.model.memory_mib
+            reserved = RESERVED_MIB["mig" if inst is not None else "full"]
+            if busy:
+                used_ratio = 0.55 + 0.37 * ((zlib.crc32((seed + "mem").encode()) % 1000) / 1000.0)
+                used = int(
+                    (total - reserved) * min(0.97, used_ratio + 0.01 * _noise(device_uuid, bucket))
+                )
+            else:
+                used = 0
+            values = {k: v for k, v in device_level.items() if k != "util"}
+            values.update(
+                {
+                    "DCGM_FI_DEV_GPU_UTIL": util * 100,
+                    "DCGM_FI_DEV_MEM_COPY_UTIL": util
+                    * 100
+                    * (0.35 + 0.1 * _noise(device_uuid, "mc")),
+                    "DCGM_FI_DEV_ENC_UTIL": 0,
+                    "DCGM_FI_DEV_DEC_UTIL": 0,
+                    "DCGM_FI_DEV_FB_FREE": total - reserved - used,
+                    "DCGM_FI_DEV_FB_USED": used,
+                    "DCGM_FI_DEV_FB_RESERVED": reserved,
+                    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": 0,
+                    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": 0,
+                    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0,
+                    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0,
+                    "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0,
+                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": util
+                    * (0.97 + 0.02 * _noise(device_uuid, "gr", bucket)),
+                    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": util
+                    * (0.62 + 0.05 * _noise(device_uuid, "t", bucket)),
+                    "DCGM_FI_PROF_DRAM_ACTIVE": util
+                    * (0.45 + 0.05 * _noise(device_uuid, "d", bucket)),
+                    "DCGM_FI_PROF_PCIE_TX_BYTES": (2e7 + 3e7 * util)
+                    * (1 + 0.1 * _noise(device_uuid, "tx", bucket)),
+                    "DCGM_FI_PROF_PCIE_RX_BYTES": (4e7 + 9e7 * util)
+                    * (1 + 0.1 * _noise(device_uuid, "rx", bucket)),
+                }
+            )
+            if holder is not None:
+                labels["container"] = holder[2]
+                labels["namespace"] = holder[0]
+                labels["pod"] = holder[1]
+            out.append((labels, {"mig": inst is not None, **values}))
+        return out
+
+    def render(self, node_name: str) -> str:
+        node = self.cluster.node(node_name)
+        if node is None:
+            return ""
+        now = self.clock.time()
+        series = [s for gpu in node.gpus for s in self._series(node, gpu, now)]
+        lines: list[str] = []
+        for name, mtype, help_text in COUNTERS:
+            rows = [
+                (labels, values)
+                for labels, values in series
+                if not (values["mig"] and name in NOT_ON_MIG)
+            ]
+            if not rows:
+                continue
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} {mtype}")
+            for labels, values in rows:
+                row_labels = labels
+                if name == "DCGM_FI_DEV_XID_ERRORS" and values[name]:
+                    row_labels = self._with_xid_labels(labels, int(values[name]))
+                text = ",".join(f'{k}="{_escape(v)}"' for k, v in row_labels.items())
+                lines.append(f"{name}{{{text}}} {_fmt(name, values[name])}")
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _with_xid_labels(labels: dict, xid: int) -> dict:
+        fixed = {k: v for k, v in labels.items() if k not in ("container", "namespace", "pod")}
+        attributes = {k: v for k, v in labels.items() if k in ("container", "namespace", "pod")}
+        attributes["err_code"] = str(xid)
+        attributes["err_msg"] = XID_MESSAGES.get(xid, "Unknown Error")
+        return {**fixed, **dict(sorted(attributes.items()))}
+
+    # -- proxies
+    def _exporter_pods(self) -> dict[str, str]:
+        """exporter pod name -> node name."""
+        pods = self.store.list(
+            "v1", "Pod", GPU_OPERATOR_NAMESPACE, label_selector=f"app={DCGM_APP_LABEL}"
+        )
+        return {p["metadata"]["name"]: (p.get("spec") or {}).get("nodeName") for p in pods}
+
+    def _unreachable(self, node_name: str) -> bool:
+        kubelet = self.kubelet
+        return bool(kubelet and node_name in kubelet.not_ready)
+
+    def _answer(self, node_name: str, pod_ip: str, port: str, rest: str) -> web.Response:
+        if self._unreachable(node_name):
+            raise ApiError(
+                503,
+                "ServiceUnavailable",
+                f"error trying to reach service: dial tcp {pod_ip}:{port}: i/o timeout",
+            )
+        path = "/" + rest.lstrip("/")
+        if path in ("/metrics", "/metrics/"):
+            return web.Response(
+                body=self.render(node_name).encode(),
+                headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+            )
+        if path == "/health":
+            return web.Response(text="OK")
+        return web.Response(status=404, text="404 page not found\n")
+
+    async def pod_proxy(self, request: web.Request, namespace: str, name: str, rest: str = ""):
+        pod_name, _, port = name.partition(":")
+        pod = self.store.try_get("v1", "Pod", namespace, pod_name)
+        if pod is None:
+            raise ApiError(
+                404,
+                "NotFound",
+                f'pods "{pod_name}" not found',
+                details={"name": pod_name, "kind": "pods"},
+            )
+        pod_ip = (pod.get("status") or {}).get("podIP") or ""
+        port = port or "80"
+        labels = pod["metadata"].get("labels") or {}
+        node_name = (pod.get("spec") or {}).get("nodeName") or ""
+        if (
+            namespace == GPU_OPERATOR_NAMESPACE
+            and labels.get("app") == DCGM_APP_LABEL
+            and port in (str(DCGM_PORT), "metrics", "http")
+        ):
+            return self._answer(node_name, pod_ip, str(DCGM_PORT), rest)
+        raise ApiError(
+            503,
+            "ServiceUnavailable",
+            "error trying to reach service: "
+            f"dial tcp {pod_ip or '<nil>'}:{port}: connect: connection refused",
+        )
+
+    async def service_proxy(self, request: web.Request, namespace: str, name: str, rest: str = ""):
+        service_name, _, port = name.partition(":")
+        # "http:" scheme prefix as in services/http:NAME:PORT/proxy
+        if service_name in ("http", "https") and port:
+            service_name, _, port = port.partition(":")
+        service = self.store.try_get("v1", "Service", namespace, service_name)
+        if service is None:
+            raise ApiError(
+                404,
+                "NotFound",
+                f'services "{service_name}" not found',
+                details={"name": service_name, "kind": "services"},
+            )
+        if namespace != GPU_OPERATOR_NAMESPACE or service_name != DCGM_APP_LABEL:
+            raise ApiError(
+                503, "ServiceUnavailable", f'no endpoints available for service "{service_name}"'
+            )
+        candidates = sorted(
+            (pod, node)
+            for pod, node in self._exporter_pods().items()
+            if node and not self._unreachable(node)
+        )
+        if not candidates:
+            raise ApiError(
+                503, "ServiceUnavailable", f'no endpoints available for service "{service_name}"'
+            )
+        _pod, node_name = candidates[next(self._round_robin) % len(candidates)]
+        spec = self.cluster.node(node_name)
+        return self._answer(
+            node_name, f"{spec.pod_cidr_prefix}.2" if spec else "", str(DCGM_PORT), rest
+        )
+
+
+def _escape(value: str) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def start(ctx) -> Exporter:
+    exporter = Exporter(ctx)
+    ctx.extras["dcgm"] = exporter
+    ctx.server.set_subresource_handler("v1", "Pod", "proxy", exporter.pod_proxy)
+    ctx.server.set_subresource_handler("v1", "Service", "proxy", exporter.service_proxy)
+    return exporter
