@@ -4,6 +4,7 @@
 "non_field_errors" for the request as a whole) to its messages and is empty when no field is to
 blame (401, 403, 404, 405, ...). Domain services raise Django's ValidationError,
 PermissionDenied and ObjectDoesNotExist; they are translated here so views stay thin.
+`PortalAutoSchema` documents this shape for every operation in the OpenAPI schema.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError
 from django.db.models import ProtectedError, RestrictedError
-from rest_framework import exceptions, status
+from drf_spectacular.openapi import AutoSchema
+from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -95,3 +97,39 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         errors = field_errors(response.data)
         response.data = {"detail": _summary(errors), "errors": errors}
     return response
+
+
+class ApiErrorSerializer(serializers.Serializer):
+    """The body of every error answer."""
+
+    detail = serializers.CharField(help_text="What went wrong, in a sentence.")
+    errors = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text="Field name (dotted for nested input) → messages; empty when no field is "
+        "to blame.",
+    )
+
+
+class PortalAutoSchema(AutoSchema):
+    """Documents the error answers every operation can give, all in the ApiError shape."""
+
+    def _get_response_bodies(self, direction="response"):
+        responses = super()._get_response_bodies(direction)
+        if direction != "response":
+            return responses
+        writes = self.method in ("POST", "PUT", "PATCH", "DELETE")
+        filtered = self.method == "GET" and getattr(self.view, "filterset_class", None)
+        error_codes = {
+            "400": "Invalid input: `errors` names each bad field." if writes or filtered else "",
+            "401": "Not signed in: send a session cookie or `Authorization: Token <token>`.",
+            "403": "Your role in the project does not allow this." if writes else "",
+            "404": "No such object, or it belongs to a project you are not a member of."
+            if "{" in self.path
+            else "",
+        }
+        for code, description in error_codes.items():
+            if description and code not in responses:
+                response = self._get_response_for_code(ApiErrorSerializer, code)
+                response["description"] = description
+                responses[code] = response
+        return responses

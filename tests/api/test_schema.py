@@ -25,3 +25,16 @@ def test_schema_and_docs_are_served(client, db):
     # Swagger UI comes from the sidecar package via our static files, not a CDN.
     assert b"cdn.jsdelivr" not in docs.content
     assert b"/static/drf_spectacular_sidecar/" in docs.content
+
+
+def test_schema_documents_the_error_shape(client, db):
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    error = schema["components"]["schemas"]["ApiError"]
+    assert set(error["properties"]) == {"detail", "errors"}
+    create = schema["paths"]["/api/v1/memberships/"]["post"]["responses"]
+    assert {"201", "400", "401", "403"} <= set(create)
+    ref = create["400"]["content"]["application/json"]["schema"]["$ref"]
+    assert ref == "#/components/schemas/ApiError"
+    detail = schema["paths"]["/api/v1/projects/{slug}/"]["get"]["responses"]
+    assert "404" in detail
+    assert "403" not in detail
