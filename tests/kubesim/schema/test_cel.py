@@ -46,7 +46,9 @@ def test_unsupported_rules_are_reported():
         }
     }
     [item] = unsupported_rules_in(crd)
-    assert item["kind"] == "Thing" and item["path"] == ".spec" and "Syntax error" in item["error"]
+    assert item["kind"] == "Thing"
+    assert item["path"] == ".spec"
+    assert "Syntax error" in item["error"]
 
 
 @pytest.mark.parametrize(

@@ -192,7 +192,7 @@ def workload():
 
 
 def test_workload_priority_rules():
-    out, causes = admit(workload())
+    _out, causes = admit(workload())
     assert causes == []
     bad = workload()
     del bad["spec"]["priority"]
