@@ -143,9 +143,16 @@ def json_patch(original: dict, ops: Any) -> dict:
         except jsonpatch.JsonPatchTestFailed:
             raise PatchError(f"testing value {op['path']} failed: test failed") from None
         except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
+            # Worded as kube-apiserver's json-patch library words it (never echo the document).
             where = op.get("from") if op["op"] in ("move", "copy") else op["path"]
+            text = str(exc)
+            why = (
+                "invalid index referenced"
+                if "list" in text or "index" in text.lower()
+                else "missing value"
+            )
             raise PatchError(
-                f'{op["op"]} operation does not apply: doc is missing path: "{where}": {exc}'
+                f'{op["op"]} operation does not apply: doc is missing path: "{where}": {why}'
             ) from None
     if not isinstance(doc, dict):
         raise PatchError("the patched document is not a JSON object", code=400)
