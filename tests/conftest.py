@@ -33,12 +33,18 @@ PERSONA_NAMES = ("outsider", "viewer", "member", "admin", "staff")
 
 
 @pytest.fixture(autouse=True)
-def _static_files_from_finders(settings):
+def _static_files_from_finders(request):
     """Serve static/ through whitenoise's finders in tests, as `runserver` does in the demo.
 
     pytest-django runs with DEBUG off, where whitenoise would serve only a collected
-    STATIC_ROOT (absent in a checkout) and warn about it; warnings are errors here.
+    STATIC_ROOT (absent in a checkout) and warn about it; warnings are errors here. Does
+    nothing when Django is not configured, so Django-free tests are unaffected.
     """
+    from django.conf import settings as django_settings
+
+    if not django_settings.configured:
+        return
+    settings = request.getfixturevalue("settings")
     settings.WHITENOISE_USE_FINDERS = True
     settings.WHITENOISE_AUTOREFRESH = True
 
