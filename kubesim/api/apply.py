@@ -426,14 +426,17 @@ def _eq(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _applied_set(value: Any, path: Path, spath: tuple, types: _Types, out: set[Path]) -> None:
-    """The fields an applied configuration sets (structured-merge-diff ToFieldSet)."""
+def _applied_set(
+    value: Any, path: Path, spath: tuple, types: _Types, out: set[Path], *, strict: bool = True
+) -> None:
+    """The fields a configuration sets (structured-merge-diff ToFieldSet). `strict` rejects
+    malformed associative lists (applied configurations); live objects are read tolerantly."""
     if isinstance(value, dict):
         if not value or types.map_atomic(spath):
             out.add(path)
             return
         for key, child in value.items():
-            _applied_set(child, (*path, _field_pe(key)), (*spath, key), types, out)
+            _applied_set(child, (*path, _field_pe(key)), (*spath, key), types, out, strict=strict)
     elif isinstance(value, list):
         kind, keys = types.list_kind(spath)
         if kind == "atomic" or not value:
@@ -441,11 +444,24 @@ def _applied_set(value: Any, path: Path, spath: tuple, types: _Types, out: set[P
         elif kind == "set":
             out.update((*path, _value_pe(v)) for v in value)
         else:
-            for pe, item in types.index(value, keys, spath):
+            indexed = (
+                types.index(value, keys, spath)
+                if strict
+                else _tolerant_index(value, keys, spath, types)
+            )
+            for pe, item in indexed:
                 item_path = (*path, pe)
                 out.add(item_path)
-                for key, child in item.items():
-                    _applied_set(child, (*item_path, _field_pe(key)), (*spath, key), types, out)
+                if isinstance(item, dict):
+                    for key, child in item.items():
+                        _applied_set(
+                            child,
+                            (*item_path, _field_pe(key)),
+                            (*spath, key),
+                            types,
+                            out,
+                            strict=strict,
+                        )
     else:
         out.add(path)
 
@@ -469,13 +485,14 @@ def _subtree_set(value: Any, path: Path, spath: tuple, types: _Types, out: set[P
 
 
 def _tolerant_index(items: list, keys: list[str], spath: tuple, types: _Types) -> list:
-    """Index a live list; items without usable keys are skipped (live data is not rejected)."""
+    """Index a live list. Live data is never rejected: an item without usable keys is kept,
+    addressed by its position."""
     out = []
     for i, item in enumerate(items):
         try:
             out.append((types.item_key(item, keys, spath, i), item))
         except PatchError:
-            continue
+            out.append((f"i:{i}", item))
     return out
 
 
@@ -851,7 +868,7 @@ def server_side_apply(
     if live is not None and not entries:
         # An object nobody tracked yet: its fields belong to "before-first-apply".
         before: set[Path] = set()
-        _applied_set(_tracked_view(live, subresource=None), (), (), types, before)
+        _applied_set(_tracked_view(live, subresource=None), (), (), types, before, strict=False)
         if before:
             entries.append(
                 _Entry(
@@ -859,6 +876,7 @@ def server_side_apply(
                         "manager": "before-first-apply",
                         "operation": "Update",
                         "apiVersion": live.get("apiVersion", api_version),
+                        "time": now,
                     },
                     before,
                 )

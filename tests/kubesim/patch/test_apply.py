@@ -652,3 +652,21 @@ def test_builtin_list_types_follow_kubernetes():
     job = builtin_list_map_keys("batch/v1", "Job")
     assert job(("spec", "template", "spec", "volumes")) == ["name"]
     assert builtin_list_map_keys("v1", "Node")(("spec", "taints")) is None
+
+
+def test_live_items_without_keys_are_kept_not_rejected():
+    live = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"image": "legacy"}, {"name": "a", "image": "x"}]},
+    }
+    config = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "a", "image": "y"}]},
+    }
+    new = server_side_apply(live, config, manager="portal", force=True, now=T1)
+    assert new["spec"]["containers"] == [{"image": "legacy"}, {"name": "a", "image": "y"}]
+    assert managers(new) == [("portal", "Apply"), ("before-first-apply", "Update")]
