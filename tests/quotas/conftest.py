@@ -41,7 +41,13 @@ def org(db):
 
 
 @pytest.fixture
-def staff_user(db):
+def fast_passwords(settings):
+    """Hash test passwords cheaply (production keeps PBKDF2)."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def staff_user(db, fast_passwords):
     from django.contrib.auth import get_user_model
 
     return get_user_model().objects.create_user(

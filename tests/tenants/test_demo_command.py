@@ -1,0 +1,99 @@
+"""manage.py demo: migrate + seed, then supervise the long-running processes."""
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+
+from portal.management.commands.demo import Child, demo_children, supervise
+from tenants.models import Project
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+def test_demo_without_serving_migrates_and_seeds(db, fast_passwords):
+    out = io.StringIO()
+    call_command("demo", "--no-serve", stdout=out)
+    assert Project.objects.count() == 4
+    assert "Demo logins" in out.getvalue()
+
+
+def test_demo_serves_the_portal_with_runserver():
+    [web] = demo_children(addr="127.0.0.1:8123")
+    assert web.name == "web"
+    assert web.argv[-3:] == ["runserver", "--noreload", "127.0.0.1:8123"]
+
+
+def test_supervise_stops_everything_when_one_child_fails():
+    sleeper = Child("sleeper", SLEEPER)
+    failing = Child("failing", [sys.executable, "-c", "import sys; sys.exit(3)"])
+    out = io.StringIO()
+    assert supervise([sleeper, failing], out=out) == 3
+    assert "failing exited with code 3" in out.getvalue()
+    assert sleeper.process.poll() is not None  # stopped, not left behind
+
+
+def test_supervise_stops_children_on_ctrl_c():
+    children = [Child("one", SLEEPER), Child("two", SLEEPER)]
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        assert supervise(children, out=io.StringIO()) == 0
+    finally:
+        timer.cancel()
+    assert all(child.process.poll() is not None for child in children)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_manage_py_demo_serves_until_interrupted(tmp_path: Path):
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "demo", "--addr", f"127.0.0.1:{port}"],
+        cwd=settings.BASE_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        status = None
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/login/") as response:
+                    status = response.status
+                    break
+            except OSError:
+                time.sleep(0.3)
+        assert status == 200
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, output
+    assert "vision-admin" in output
+    assert "Demo stopped." in output
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0  # runserver is gone
