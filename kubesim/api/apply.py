@@ -973,8 +973,18 @@ def update_managed_fields(
     """managedFields after a create (old None), update or patch by `manager`.
 
     The manager's entry gains the fields that changed (all set fields on create); other managers
-    lose them; removed fields leave every entry.
+    lose them; removed fields leave every entry. As kube-apiserver does, managedFields sent in the
+    request body replace the stored ones when they differ (`[{}]` clears them: the result is []
+    and the caller should drop the key); an empty list sent keeps the stored ones.
     """
+    sent = (new.get("metadata") or {}).get("managedFields")
+    stored_entries = ((old or {}).get("metadata") or {}).get("managedFields")
+    if isinstance(sent, list) and sent and sent != stored_entries:
+        if all(isinstance(e, dict) and not e for e in sent):
+            return []
+        base: dict | None = {"metadata": {"managedFields": sent}}
+    else:
+        base = old
     api_version = api_version or str(new.get("apiVersion") or (old or {}).get("apiVersion") or "")
     kind = str(new.get("kind") or (old or {}).get("kind") or "")
     types = _Types(api_version, kind, list_map_keys)
@@ -986,7 +996,7 @@ def update_managed_fields(
     comparison = _compare(old_view, new_view, types)
     changed = comparison.changed()
 
-    entries = _parse_entries(old)
+    entries = _parse_entries(base)
     mine_raw = {"manager": manager, "operation": operation, "apiVersion": api_version}
     if subresource:
         mine_raw["subresource"] = subresource

@@ -670,3 +670,24 @@ def test_live_items_without_keys_are_kept_not_rejected():
     new = server_side_apply(live, config, manager="portal", force=True, now=T1)
     assert new["spec"]["containers"] == [{"image": "legacy"}, {"name": "a", "image": "y"}]
     assert managers(new) == [("portal", "Apply"), ("before-first-apply", "Update")]
+
+
+def test_managed_fields_sent_as_a_single_empty_entry_clear_them():
+    live = stored(server_side_apply(None, deployment(), manager="portal", force=False, now=T1))
+    new = copy.deepcopy(live)
+    new["metadata"]["managedFields"] = [{}]
+    assert update_managed_fields(live, new, manager="kubectl-edit", now=T2) == []
+
+
+def test_managed_fields_sent_in_an_update_replace_the_stored_ones():
+    live = stored(server_side_apply(None, deployment(), manager="portal", force=False, now=T1))
+    new = copy.deepcopy(live)
+    new["metadata"]["managedFields"][0]["manager"] = "renamed"
+    new["spec"]["replicas"] = 3
+    fields = update_managed_fields(live, new, manager="kubectl-edit", now=T2)
+    assert [e["manager"] for e in fields] == ["renamed", "kubectl-edit"]
+    # sending the stored list back unchanged (a read-modify-write) is an ordinary update
+    same = copy.deepcopy(live)
+    same["spec"]["replicas"] = 3
+    fields = update_managed_fields(live, same, manager="kubectl-edit", now=T2)
+    assert [e["manager"] for e in fields] == ["portal", "kubectl-edit"]
