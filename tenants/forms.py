@@ -5,6 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django import forms
+from django.contrib.auth import get_user_model
+
+from tenants.models import Role
 
 # Lifetimes offered for personal API tokens, in days ("" = never expires).
 TOKEN_LIFETIMES = [
@@ -27,3 +30,20 @@ class TokenCreateForm(forms.Form):
     def expires_in(self) -> timedelta | None:
         days = self.cleaned_data.get("expires_in_days")
         return timedelta(days=int(days)) if days else None
+
+
+class MemberAddForm(forms.Form):
+    user = forms.CharField(label="Username", max_length=150)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+    def clean_user(self):
+        username = self.cleaned_data["user"].strip()
+        User = get_user_model()
+        user = User.objects.filter(**{User.USERNAME_FIELD: username}).first()
+        if user is None:
+            raise forms.ValidationError(f"No user named '{username}'.")
+        return user
+
+
+class MemberRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)

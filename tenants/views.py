@@ -1,20 +1,36 @@
-"""HTML pages of the tenants app: the home page (my projects and quotas) and the profile page
-(personal API tokens). Thin views: they call selectors and services and render."""
+"""HTML pages of the tenants app: home (my projects and their quotas), a project's page with
+its members (admins manage them), and the profile page (personal API tokens).
+
+Thin views: they parse a form, call one selector or service and render. With htmx a write
+answers with the section it changed; without, it redirects back (or re-renders with errors).
+"""
 
 from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
-from django.core.exceptions import ObjectDoesNotExist
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 from django.views.generic import TemplateView
 
 from quotas.selectors import quota_rows_for_projects
-from tenants.forms import TokenCreateForm
-from tenants.selectors import project_list_visible_to, token_list_for_user
-from tenants.services import token_create, token_revoke
+from tenants.forms import MemberAddForm, MemberRoleForm, TokenCreateForm
+from tenants.models import Membership, Project
+from tenants.permissions import can_manage_members
+from tenants.selectors import (
+    membership_list_for_project,
+    project_list_visible_to,
+    token_list_for_user,
+)
+from tenants.services import (
+    membership_add,
+    membership_change_role,
+    membership_remove,
+    token_create,
+    token_revoke,
+)
 
 
 class HomeView(LoginRequiredMixin, TemplateView):
@@ -26,6 +42,114 @@ class HomeView(LoginRequiredMixin, TemplateView):
         rows = quota_rows_for_projects(projects=projects)
         context["projects"] = [(project, rows.get(project.pk, [])) for project in projects]
         return context
+
+
+# --- project page and members -------------------------------------------------------------
+
+
+def _visible_project(request: HttpRequest, slug: str) -> Project:
+    """The project if the user may see it; otherwise the same 404 as a missing project."""
+    return get_object_or_404(project_list_visible_to(user=request.user), slug=slug)
+
+
+def _managed_project(request: HttpRequest, slug: str) -> Project:
+    """The project if the user may manage its members: 404 when not visible, else 403."""
+    project = _visible_project(request, slug)
+    if not can_manage_members(request.user, project):
+        raise PermissionDenied(f"Only admins of project '{project.slug}' can manage its members.")
+    return project
+
+
+def _render_project(
+    request: HttpRequest,
+    project: Project,
+    *,
+    add_form: MemberAddForm | None = None,
+    error: str | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    context = {
+        "project": project,
+        "members": membership_list_for_project(project=project),
+        "can_manage": can_manage_members(request.user, project),
+        "add_form": add_form or MemberAddForm(),
+        "role_choices": MemberRoleForm.base_fields["role"].choices,
+        "member_error": error,
+    }
+    if request.htmx:
+        return render(request, "tenants/partials/members.html", context, status=status)
+    context["quota_rows"] = quota_rows_for_projects(projects=[project])[project.pk]
+    return render(request, "tenants/project.html", context, status=status)
+
+
+def _after_member_change(request: HttpRequest, project: Project, done: str) -> HttpResponse:
+    if request.htmx:
+        return _render_project(request, project)
+    messages.success(request, done)
+    return redirect("project", slug=project.slug)
+
+
+def _first_message(exc: ValidationError) -> str:
+    return exc.messages[0] if exc.messages else "Invalid input."
+
+
+class ProjectView(LoginRequiredMixin, View):
+    def get(self, request: HttpRequest, slug: str) -> HttpResponse:
+        return _render_project(request, _visible_project(request, slug))
+
+
+class MemberAddView(LoginRequiredMixin, View):
+    def post(self, request: HttpRequest, slug: str) -> HttpResponse:
+        project = _managed_project(request, slug)
+        form = MemberAddForm(request.POST)
+        if form.is_valid():
+            try:
+                membership = membership_add(
+                    actor=request.user,
+                    project=project,
+                    user=form.cleaned_data["user"],
+                    role=form.cleaned_data["role"],
+                )
+            except ValidationError as exc:
+                form.add_error(None, exc)
+            else:
+                done = f"Added {membership.user.get_username()} as {membership.role}."
+                return _after_member_change(request, project, done)
+        return _render_project(request, project, add_form=form, status=400)
+
+
+class MemberRoleView(LoginRequiredMixin, View):
+    def post(self, request: HttpRequest, slug: str, membership_id: int) -> HttpResponse:
+        project = _managed_project(request, slug)
+        membership = get_object_or_404(Membership, pk=membership_id, project=project)
+        form = MemberRoleForm(request.POST)
+        if not form.is_valid():
+            return _render_project(request, project, error=form.errors["role"][0], status=400)
+        try:
+            membership = membership_change_role(
+                actor=request.user, membership=membership, role=form.cleaned_data["role"]
+            )
+        except ValidationError as exc:
+            return _render_project(request, project, error=_first_message(exc), status=400)
+        done = f"{membership.user.get_username()} is now {membership.role}."
+        return _after_member_change(request, project, done)
+
+
+class MemberRemoveView(LoginRequiredMixin, View):
+    def post(self, request: HttpRequest, slug: str, membership_id: int) -> HttpResponse:
+        project = _managed_project(request, slug)
+        membership = get_object_or_404(
+            Membership.objects.select_related("user"), pk=membership_id, project=project
+        )
+        username = membership.user.get_username()
+        try:
+            membership_remove(actor=request.user, membership=membership)
+        except ValidationError as exc:
+            return _render_project(request, project, error=_first_message(exc), status=400)
+        return _after_member_change(request, project, f"Removed {username} from {project.slug}.")
+
+
+# --- profile and personal API tokens ------------------------------------------------------
 
 
 def _render_profile(
