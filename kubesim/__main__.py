@@ -205,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(serve(options))
     except KeyboardInterrupt:
         return 0
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"kubesim: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ def read_crd_files(paths: Iterable[str | Path]) -> list[dict]:
     crds: list[dict] = []
     for root in paths:
         root = Path(root)
+        if not root.exists():
+            raise FileNotFoundError(f"--crds {root}: no such file or directory")
         files = (
             [root]
             if root.is_file()

@@ -390,6 +390,12 @@ class KubeServer:
         api_version = body.get("apiVersion")
         kind = body.get("kind")
         expected = req.rtype.api_version(req.version)
+        if not req.rtype.is_crd:
+            # built-in kinds decode with the request path's kind as default, as kube-apiserver
+            if not kind:
+                kind = body["kind"] = req.rtype.kind
+            if not api_version:
+                api_version = body["apiVersion"] = expected
         if not kind:
             raise errors.bad_request(
                 "Object 'Kind' is missing in '" + orjson.dumps(body).decode()[:200] + "'"

@@ -449,7 +449,10 @@ class Store:
         elif ident == ("", "Node"):
             pass  # a node registers with its status, as a kubelet does
         elif rtype.has_status:
-            obj.pop("status", None)
+            if rtype.is_crd:
+                obj.pop("status", None)
+            else:
+                obj["status"] = {}  # built-in types always serialize their (empty) status
 
     def update(
         self,
@@ -614,7 +617,9 @@ class Store:
             applied_meta = applied.setdefault("metadata", {})
             if applied_meta.get("name") not in (None, name):
                 raise errors.bad_request(
-                    "the name of the object ({}) does not match the name on the URL ({})".format(applied_meta.get("name"), name)
+                    "the name of the object ({}) does not match the name on the URL ({})".format(
+                        applied_meta.get("name"), name
+                    )
                 )
             applied_meta["name"] = name
             if rtype.namespaced:

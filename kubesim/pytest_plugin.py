@@ -1,0 +1,62 @@
+"""pytest fixtures that start kubesim processes (list "kubesim.pytest_plugin" in pytest_plugins).
+
+- `kubesim_api`: one server per test session with the shared CRDs and no simulated cluster
+  (API machinery only);
+- `kubesim`: one server per test session with the shared CRDs and the simulated cluster;
+- `kubesim_factory`: start servers with any options inside one test (stopped after it);
+- `kubesim_fresh`: a server of its own for one test (shared CRDs, no cluster);
+- `kube_client`: a kubernetes.client.ApiClient for `kubesim_api`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kubesim.testing import KubesimProcess, shared_crds_dir
+
+
+def _speed() -> float:
+    return float(os.environ.get("KUBESIM_TEST_SPEED", "1"))
+
+
+@pytest.fixture(scope="session")
+def kubesim_api(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("kubesim-api")
+    with KubesimProcess(crds=[shared_crds_dir()], no_cluster=True, workdir=workdir) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def kubesim(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("kubesim")
+    with KubesimProcess(crds=[shared_crds_dir()], speed=_speed(), workdir=workdir) as server:
+        yield server
+
+
+@pytest.fixture
+def kubesim_factory(tmp_path):
+    started: list[KubesimProcess] = []
+
+    def start(**kwargs) -> KubesimProcess:
+        kwargs.setdefault("workdir", tmp_path / f"kubesim-{len(started)}")
+        server = KubesimProcess(**kwargs).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def kubesim_fresh(kubesim_factory):
+    return kubesim_factory(crds=[shared_crds_dir()], no_cluster=True)
+
+
+@pytest.fixture
+def kube_client(kubesim_api):
+    api_client = kubesim_api.api_client()
+    yield api_client
+    api_client.close()
