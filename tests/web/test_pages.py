@@ -186,3 +186,10 @@ def test_not_found_page_uses_the_layout(personas, web_client_for):
     html = response.content.decode()
     assert "belongs to a project you are not a member of" in html
     assert 'href="/profile/"' in html
+
+
+def test_page_script_is_served_and_loaded(personas, web_client_for):
+    html = web_client_for(personas.member).get("/").content.decode()
+    assert '<script src="/static/js/portal.js" defer></script>' in html
+    body = b"".join(Client().get("/static/js/portal.js").streaming_content)
+    assert b"htmx:responseError" in body
