@@ -222,6 +222,11 @@ def fields_v1_to_paths(fields: dict | None) -> set[Path]:
 
 _CONTAINER_LISTS: dict[tuple, Any] = {
     ("env",): ["name"],
+    # the key selectors of env sources are +structType=atomic
+    ("env", "valueFrom", "configMapKeyRef"): "atomic",
+    ("env", "valueFrom", "secretKeyRef"): "atomic",
+    ("env", "valueFrom", "fieldRef"): "atomic",
+    ("env", "valueFrom", "resourceFieldRef"): "atomic",
     ("ports",): ["containerPort", "protocol"],
     ("volumeMounts",): ["mountPath"],
     ("volumeDevices",): ["devicePath"],
@@ -234,6 +239,8 @@ _POD_SPEC_LISTS: dict[tuple, Any] = {
     ("schedulingGates",): ["name"],
     ("resourceClaims",): ["name"],
     # tolerations, readinessGates, args, command, envFrom: atomic
+    ("nodeSelector",): "atomic",  # +mapType=atomic
+    ("topologySpreadConstraints", "labelSelector"): "atomic",
 }
 for _containers in ("containers", "initContainers", "ephemeralContainers"):
     _POD_SPEC_LISTS[(_containers,)] = ["name"]
@@ -350,6 +357,7 @@ class _Types:
 
     def __init__(self, api_version: str, kind: str, list_map_keys: ListMapKeys | None):
         self._lookup = list_map_keys or builtin_list_map_keys(api_version, kind)
+        self._builtin = strategic_supported(api_version, kind)
         self._cache: dict[tuple, Any] = {}
 
     def _raw(self, spath: tuple) -> Any:
@@ -375,6 +383,13 @@ class _Types:
 
     def map_atomic(self, spath: tuple) -> bool:
         return bool(spath) and self._raw(spath) == "atomic"
+
+    def item_atomic(self, spath: tuple) -> bool:
+        """Items of this associative list are atomic structs (OwnerReference,
+        LocalObjectReference): owned and replaced whole."""
+        return spath == ("metadata", "ownerReferences") or (
+            self._builtin and spath[-1:] == ("imagePullSecrets",)
+        )
 
     def item_key(self, item: Any, keys: list[str], spath: tuple, index: int) -> str:
         if not isinstance(item, dict):
@@ -449,10 +464,11 @@ def _applied_set(
                 if strict
                 else _tolerant_index(value, keys, spath, types)
             )
+            item_atomic = types.item_atomic(spath)
             for pe, item in indexed:
                 item_path = (*path, pe)
                 out.add(item_path)
-                if isinstance(item, dict):
+                if isinstance(item, dict) and not item_atomic:
                     for key, child in item.items():
                         _applied_set(
                             child,
@@ -481,7 +497,10 @@ def _subtree_set(value: Any, path: Path, spath: tuple, types: _Types, out: set[P
             out.update((*path, _value_pe(v)) for v in value)
         elif kind == "map":
             for pe, item in _tolerant_index(value, keys, spath, types):
-                _subtree_set(item, (*path, pe), spath, types, out)
+                if types.item_atomic(spath):
+                    out.add((*path, pe))
+                else:
+                    _subtree_set(item, (*path, pe), spath, types, out)
 
 
 def _tolerant_index(items: list, keys: list[str], spath: tuple, types: _Types) -> list:
@@ -547,7 +566,10 @@ def _compare_into(
         old_items = dict(reversed(_tolerant_index(old, keys, spath, types)))
         new_items = dict(reversed(_tolerant_index(new, keys, spath, types)))
         for pe, item in new_items.items():
-            if pe in old_items:
+            if pe in old_items and types.item_atomic(spath):
+                if not _eq(old_items[pe], item):
+                    c.modified.add((*path, pe))
+            elif pe in old_items:
                 _compare_into(old_items[pe], item, (*path, pe), spath, types, c)
             else:
                 _subtree_set(item, (*path, pe), spath, types, c.added)
@@ -710,6 +732,8 @@ def _merge(live: Any, cfg: Any, spath: tuple, types: _Types) -> Any:
             return _merge_ordered(lhs, rhs, lambda _l, r: copy.deepcopy(r))
         lhs = _tolerant_index(live, keys, spath, types)
         rhs = types.index(cfg, keys, spath)
+        if types.item_atomic(spath):
+            return _merge_ordered(lhs, rhs, lambda _l, r: copy.deepcopy(r))
         return _merge_ordered(
             lhs,
             rhs,

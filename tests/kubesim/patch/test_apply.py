@@ -691,3 +691,25 @@ def test_managed_fields_sent_in_an_update_replace_the_stored_ones():
     same["spec"]["replicas"] = 3
     fields = update_managed_fields(live, same, manager="kubectl-edit", now=T2)
     assert [e["manager"] for e in fields] == ["portal", "kubectl-edit"]
+
+
+def test_owner_references_are_atomic_items_keyed_by_uid():
+    config = deployment()
+    config["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": "u-1"}
+    ]
+    obj = server_side_apply(None, config, manager="portal", force=False, now=T1)
+    assert entry(obj, "portal")["fieldsV1"]["f:metadata"]["f:ownerReferences"] == {
+        'k:{"uid":"u-1"}': {}
+    }
+
+
+def test_pod_node_selector_is_an_atomic_map_replaced_whole():
+    config = deployment()
+    config["spec"]["template"]["spec"]["nodeSelector"] = {"gpu": "h100", "zone": "a"}
+    live = stored(server_side_apply(None, config, manager="portal", force=False, now=T1))
+    fields = entry(live, "portal")["fieldsV1"]["f:spec"]["f:template"]["f:spec"]
+    assert fields["f:nodeSelector"] == {}
+    config["spec"]["template"]["spec"]["nodeSelector"] = {"gpu": "a100"}
+    new = server_side_apply(live, config, manager="portal", force=False, now=T2)
+    assert new["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "a100"}
