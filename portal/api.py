@@ -83,7 +83,6 @@ class TenantScopedViewSet(viewsets.GenericViewSet):
     filter is always applied.
     """
 
-    tenant_scoped: ClassVar[bool] = True
     project_field: ClassVar[str] = "project"
     write_predicate: ClassVar[RolePredicate] = staticmethod(can_write)
     write_predicates: ClassVar[dict[str, RolePredicate]] = {}
@@ -110,6 +109,5 @@ class ClusterReadOnlyViewSet(viewsets.ReadOnlyModelViewSet):
     """Base for cluster-wide catalogue data (GPU pools): every signed-in user reads, nobody
     writes through the API (admins use the admin console)."""
 
-    tenant_scoped: ClassVar[bool] = False
     permission_classes = [permissions.IsAuthenticated]
     pagination_class = PortalPagination
