@@ -915,7 +915,7 @@ def server_side_apply(
 
     # Merge the configuration into the live object.
     if live is None:
-        merged = copy.deepcopy(config)
+        merged = {k: copy.deepcopy(v) for k, v in config.items() if k not in reset}
         merged.setdefault("metadata", {})
     else:
         merged = copy.deepcopy(live)

@@ -455,6 +455,7 @@ def test_reset_fields_are_neither_applied_nor_owned():
         None, config, manager="portal", force=False, now=T1, reset_fields=("status",)
     )
     assert "f:status" not in entry(obj, "portal")["fieldsV1"]
+    assert "status" not in obj
 
 
 # --------------------------------------------------------------------------- non-apply writes
