@@ -193,43 +193,19 @@ def compile_expression(expression: str):
 
 
 _CHAIN_RE = re.compile(r"\b(self|oldSelf)\b((?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)*)(\s*\(?)")
+_SIZE_OF_CHAIN_RE = re.compile(
+    r"\bsize\(\s*(self|oldSelf)((?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)+)\s*\)"
+    r"|\b(self|oldSelf)((?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)+?)\s*\.\s*size\(\s*\)"
+)
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _merge_access(tree, chain: list):
-    """Add a field chain to an access tree; True means 'the whole value'."""
-    if tree is True:
-        return True
-    if not chain:
-        return True
-    tree = dict(tree or {})
-    head, rest = chain[0], chain[1:]
-    tree[head] = _merge_access(tree.get(head, {}), rest) if rest else True
-    return tree
-
-
-def access_paths(*expressions: str) -> dict:
-    """Which fields of self/oldSelf the expressions read, as access trees (see CompiledRule).
-
-    Only explicit chains like ``self.spec.priorityClassRef`` narrow the tree; any other use of
-    the variable (``self == oldSelf``, ``size(self)``, ``self.all(...)``) keeps it whole.
-    """
-    access: dict = {"self": {}, "oldSelf": {}}
-    for expression in expressions:
-        if not expression:
-            continue
-        for match in _CHAIN_RE.finditer(expression):
-            var = match.group(1)
-            chain = _IDENT_RE.findall(match.group(2))
-            if match.group(3).strip() == "(" and chain:
-                chain = chain[:-1]  # self.items.all(...) calls a macro on self.items
-            access[var] = _merge_access(access[var], chain)
-    return access
+SIZE_ONLY = "size"  # access-tree leaf: only the length of the value is read
 
 
 def merge_access(a, b):
-    """Union of two access trees."""
-    if a is True or b is True:
+    """Union of two access trees (True = whole value, SIZE_ONLY = its length, dict = fields)."""
+    if a == b:
+        return a
+    if a is True or b is True or a == SIZE_ONLY or b == SIZE_ONLY:
         return True
     merged = dict(a)
     for key, sub in b.items():
@@ -237,9 +213,49 @@ def merge_access(a, b):
     return merged
 
 
+def _chain_tree(chain: list, leaf):
+    tree = leaf
+    for name in reversed(chain):
+        tree = {name: tree}
+    return tree
+
+
+def access_paths(*expressions: str) -> dict:
+    """Which fields of self/oldSelf the expressions read, as access trees (see CompiledRule).
+
+    Only explicit chains like ``self.spec.priorityClassRef`` narrow the tree, and a chain
+    only measured (``size(self.spec.podSets)``) needs just its length; any other use of the
+    variable (``self == oldSelf``, ``size(self)``, ``self.all(...)``) keeps it whole.
+    """
+    access: dict = {"self": {}, "oldSelf": {}}
+    for expression in expressions:
+        if not expression:
+            continue
+        for match in _SIZE_OF_CHAIN_RE.finditer(expression):
+            var = match.group(1) or match.group(3)
+            chain = _IDENT_RE.findall(match.group(2) or match.group(4))
+            access[var] = merge_access(access[var], _chain_tree(chain, SIZE_ONLY))
+        rest = _SIZE_OF_CHAIN_RE.sub(" 0 ", expression)
+        for match in _CHAIN_RE.finditer(rest):
+            var = match.group(1)
+            chain = _IDENT_RE.findall(match.group(2))
+            if match.group(3).strip() == "(" and chain:
+                chain = chain[:-1]  # self.items.all(...) calls a macro on self.items
+            access[var] = merge_access(access[var], _chain_tree(chain, True))
+    return access
+
+
 def trim(value, tree):
     """The part of a JSON value an access tree can observe (the value itself when whole)."""
-    if tree is True or not isinstance(value, dict):
+    if tree is True:
+        return value
+    if tree == SIZE_ONLY:
+        if isinstance(value, list):
+            return [None] * len(value)
+        if isinstance(value, dict):
+            return dict.fromkeys(value)
+        return value
+    if not isinstance(value, dict):
         return value
     return {key: trim(value[key], sub) for key, sub in tree.items() if key in value}
 

@@ -118,3 +118,18 @@ def test_access_paths_narrow_what_is_converted():
     assert cel.access_paths("self == oldSelf") == {"self": True, "oldSelf": True}
     assert cel.access_paths("size(self) > 0")["self"] is True
     assert cel.trim({"spec": {"a": 1, "b": 2}, "x": 3}, {"spec": {"a": True}}) == {"spec": {"a": 1}}
+
+
+def test_measured_chains_only_pass_their_length():
+    paths = cel.access_paths("size(self.spec.podSets) == 2 && self.items.size() > 0")
+    assert paths["self"] == {"spec": {"podSets": cel.SIZE_ONLY}, "items": cel.SIZE_ONLY}
+    trimmed = cel.trim(
+        {"spec": {"podSets": [{"big": 1}, {"big": 2}]}, "items": {"a": 1}}, paths["self"]
+    )
+    assert trimmed == {"spec": {"podSets": [None, None]}, "items": {"a": None}}
+    # used both measured and read: the whole value
+    both = cel.access_paths("size(self.a) == 1 && self.a[0] == 2")
+    assert both["self"] == {"a": True}
+    measured = rule("size(self.spec.podSets) == size(self.status.ps)", message="mismatch")
+    value = {"spec": {"podSets": [{"x": 1}]}, "status": {"ps": [{"y": 1}, {"y": 2}]}}
+    assert check_rule(measured, value) == (False, "mismatch")
