@@ -459,11 +459,14 @@ def _validate_job(obj: dict) -> list[dict]:
     if not isinstance(spec, dict):
         return [required("spec")]
     causes = []
-    for key in ("parallelism", "completions", "backoffLimit"):
+    for key in (
+        "parallelism",
+        "completions",
+        "activeDeadlineSeconds",
+        "backoffLimit",
+        "ttlSecondsAfterFinished",
+    ):
         causes.extend(_non_negative(spec, key, "spec"))
-    deadline = spec.get("activeDeadlineSeconds")
-    if isinstance(deadline, int) and not isinstance(deadline, bool) and deadline <= 0:
-        causes.append(invalid("spec.activeDeadlineSeconds", deadline, "must be greater than 0"))
     mode = spec.get("completionMode")
     if mode is not None and mode not in ("NonIndexed", "Indexed"):
         causes.append(not_supported("spec.completionMode", mode, ["NonIndexed", "Indexed"]))

@@ -31,7 +31,6 @@ import uuid
 from collections.abc import Callable
 
 from kubesim.api import cel as _cel
-from kubesim.api.quantity import is_quantity
 
 _MISSING = _cel.MISSING
 
@@ -221,9 +220,6 @@ _FORMATS: dict[str, Callable[[str], bool]] = {
     "byte": _valid_byte,
     "duration": lambda s: bool(_DURATION_RE.match(s)),
     "uri": lambda s: ":" in s and " " not in s,
-    # not an OpenAPI format, but some schemas mark quantity strings this way
-    "quantity": is_quantity,
-    "int-or-string": lambda s: True,
 }
 
 
