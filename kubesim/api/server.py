@@ -653,6 +653,9 @@ class KubeServer:
             while not self.stopping:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
+                    if bookmarks:
+                        # as kube-apiserver: a last bookmark just before the timeout closes it
+                        await response.write(bookmark() + b"\n")
                     break
                 wait = min(remaining, BOOKMARK_INTERVAL) if bookmarks else remaining
                 await watcher.wait(wait)
@@ -744,7 +747,7 @@ class KubeServer:
     ) -> web.Response:
         content_type = request.content_type
         patch_type = _PATCH_TYPES.get(content_type)
-        if patch_type is None:
+        if patch_type is None or (patch_type == "strategic" and req.rtype.is_crd):
             raise errors.unsupported_media_type(content_type)
         raw = await request.read()
         try:
