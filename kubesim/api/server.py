@@ -337,6 +337,13 @@ class KubeServer:
         if not raw:
             raise errors.bad_request("the request body is empty")
         content_type = request.content_type
+        if "protobuf" in content_type or "cbor" in content_type:
+            # kubesim speaks JSON only (as for CRDs on a real server); clients fall back on 415
+            raise errors.ApiError(
+                415, errors.REASON_UNSUPPORTED_MEDIA_TYPE,
+                f'the body of the request was in an unknown format - accepted media types '
+                f'include: application/json, application/yaml (got "{content_type}")',
+            )
         try:
             if "yaml" in content_type:
                 body = yaml.safe_load(raw)
