@@ -46,7 +46,7 @@ async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
             print(f"kubesim: {module_name} not available, not started", file=sys.stderr)
             continue
         result = module.start(ctx)
-        if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
             result = await result
         if isinstance(result, asyncio.Task):
             ctx.tasks.append(result)

@@ -361,6 +361,9 @@ class JobController:
                         self.record(job, "Completed", "Job completed")
             elif suspended:
                 delete_pods = active_pods
+                # A suspended Job has not started (its deadline timer stops; Kueue may change
+                # the scheduling directives of its template again).
+                status.pop("startTime", None)
                 if not has("Suspended"):
                     add_condition(
                         _condition("Suspended", "True", "JobSuspended", "Job suspended", now)

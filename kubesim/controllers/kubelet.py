@@ -65,6 +65,11 @@ def _image_id(image: str) -> str:
     return f"{repo}@sha256:{_digest('image', image)}"
 
 
+def _query_bool(value: str | None) -> bool:
+    """A boolean query parameter as Go's strconv.ParseBool reads it (clients send "true"/"True")."""
+    return (value or "").lower() in ("1", "t", "true")
+
+
 def gpu_resources(container: dict) -> dict[str, int]:
     resources = container.get("resources") or {}
     merged = dict(resources.get("limits") or {})
@@ -999,7 +1004,7 @@ class Kubelet:
             container = names[0]
         if container not in names and container not in init_names:
             raise bad_request(f"container {container} is not valid for pod {name}")
-        previous = query.get("previous") in ("true", "1")
+        previous = _query_bool(query.get("previous"))
         runner = self.runner_for(namespace, name)
         if runner is None or runner.uid != pod["metadata"].get("uid"):
             lines = None
@@ -1037,8 +1042,8 @@ class Kubelet:
             since = datetime.datetime.fromisoformat(
                 query["sinceTime"].replace("Z", "+00:00")
             ).timestamp()
-        timestamps = query.get("timestamps") in ("true", "1")
-        follow_logs = query.get("follow") in ("true", "1")
+        timestamps = _query_bool(query.get("timestamps"))
+        follow_logs = _query_bool(query.get("follow"))
 
         def render(items: list[tuple[float, str]]) -> bytes:
             return "".join(
