@@ -153,8 +153,26 @@ _DNS1035_NAMED = {("", "Service")}
 _UNCHECKED_NAMES = {("", "Event"), ("events.k8s.io", "Event")}
 
 
-def _group(api_version: str) -> str:
+def _group(api_version) -> str:
+    if not isinstance(api_version, str):
+        return ""
     return api_version.split("/", 1)[0] if "/" in api_version else ""
+
+
+def _dict(value) -> dict:
+    """The value when it is an object, else {} (type errors are the schema's to report)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _text(value) -> str:
+    """A string field; other JSON types are shown as their JSON text."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def validate_labels(labels, field: str) -> list[dict]:
@@ -187,11 +205,11 @@ def validate_annotations(annotations, field: str) -> list[dict]:
 
 
 def validate_metadata(obj: dict) -> list[dict]:
-    meta = obj.get("metadata") or {}
-    group, kind = _group(obj.get("apiVersion", "")), obj.get("kind", "")
+    meta = _dict(obj.get("metadata"))
+    group, kind = _group(obj.get("apiVersion")), _text(obj.get("kind"))
     causes = []
     name = meta.get("name")
-    if name and (group, kind) not in _UNCHECKED_NAMES:
+    if name and isinstance(name, str) and (group, kind) not in _UNCHECKED_NAMES:
         if (group, kind) in _LABEL_NAMED:
             messages = dns1123_label_errors(name)
         elif (group, kind) in _DNS1035_NAMED:
@@ -274,14 +292,14 @@ def validate_resource_requirements(resources, field: str) -> list[dict]:
     limits_field = f"{field}.limits"
     requests_field = f"{field}.requests"
     limits: dict[str, Quantity] = {}
-    for name, value in (resources.get("limits") or {}).items():
+    for name, value in _dict(resources.get("limits")).items():
         path = f"{limits_field}[{name}]"
         causes.extend(_container_resource_name_errors(name, path))
         quantity = _parse(value, path, causes)
         if quantity is not None:
             causes.extend(_quantity_value_errors(name, quantity, path))
             limits[name] = quantity
-    for name, value in (resources.get("requests") or {}).items():
+    for name, value in _dict(resources.get("requests")).items():
         path = f"{requests_field}[{name}]"
         causes.extend(_container_resource_name_errors(name, path))
         quantity = _parse(value, path, causes)
@@ -306,7 +324,7 @@ def validate_resource_requirements(resources, field: str) -> list[dict]:
                         f"must be less than or equal to {name} limit of {limit}",
                     )
                 )
-        elif not is_overcommit_allowed(name) and name not in (resources.get("limits") or {}):
+        elif not is_overcommit_allowed(name) and name not in _dict(resources.get("limits")):
             causes.append(
                 required(limits_field, "Limit must be set for non overcommitable resources")
             )
@@ -328,10 +346,10 @@ def validate_tolerations(tolerations, field: str) -> list[dict]:
         if not isinstance(toleration, dict):
             continue
         path = f"{field}[{index}]"
-        key = toleration.get("key") or ""
-        operator = toleration.get("operator") or ""
-        value = toleration.get("value") or ""
-        effect = toleration.get("effect") or ""
+        key = _text(toleration.get("key"))
+        operator = _text(toleration.get("operator"))
+        value = _text(toleration.get("value"))
+        effect = _text(toleration.get("effect"))
         if key:
             causes.extend(invalid(f"{path}.key", key, m) for m in qualified_name_errors(key))
         if not key and operator != "Exists":
@@ -376,7 +394,7 @@ def _validate_containers(containers, field: str, seen: set, causes: list[dict]) 
         if not isinstance(container, dict):
             continue
         path = f"{field}[{index}]"
-        name = container.get("name") or ""
+        name = _text(container.get("name"))
         if not name:
             causes.append(required(f"{path}.name"))
         else:
@@ -386,7 +404,7 @@ def _validate_containers(containers, field: str, seen: set, causes: list[dict]) 
             seen.add(name)
         if not container.get("image"):
             causes.append(required(f"{path}.image"))
-        policy = container.get("imagePullPolicy")
+        policy = _text(container.get("imagePullPolicy"))
         if policy and policy not in _PULL_POLICIES:
             causes.append(not_supported(f"{path}.imagePullPolicy", policy, _PULL_POLICIES))
         causes.extend(
@@ -409,7 +427,7 @@ def validate_pod_spec(spec, field: str) -> list[dict]:
     seen: set = set()
     _validate_containers(spec.get("initContainers"), f"{field}.initContainers", seen, causes)
     _validate_containers(containers, f"{field}.containers", seen, causes)
-    policy = spec.get("restartPolicy")
+    policy = _text(spec.get("restartPolicy"))
     if policy and policy not in _RESTART_POLICIES:
         causes.append(not_supported(f"{field}.restartPolicy", policy, _RESTART_POLICIES))
     causes.extend(validate_tolerations(spec.get("tolerations"), f"{field}.tolerations"))
@@ -419,7 +437,7 @@ def validate_pod_spec(spec, field: str) -> list[dict]:
     for index, volume in enumerate(volumes if isinstance(volumes, list) else []):
         if not isinstance(volume, dict):
             continue
-        name = volume.get("name") or ""
+        name = _text(volume.get("name"))
         path = f"{field}.volumes[{index}].name"
         if not name:
             causes.append(required(path))
@@ -435,7 +453,7 @@ def validate_pod_template(template, field: str) -> list[dict]:
     if not isinstance(template, dict):
         return [required(field)]
     causes = []
-    meta = template.get("metadata") or {}
+    meta = _dict(template.get("metadata"))
     causes.extend(validate_labels(meta.get("labels"), f"{field}.metadata.labels"))
     causes.extend(validate_annotations(meta.get("annotations"), f"{field}.metadata.annotations"))
     causes.extend(validate_pod_spec(template.get("spec"), f"{field}.spec"))
@@ -474,7 +492,7 @@ def _validate_job(obj: dict) -> list[dict]:
         causes.append(required("spec.completions", "when completion mode is Indexed"))
     template = spec.get("template")
     causes.extend(validate_pod_template(template, "spec.template"))
-    policy = ((template or {}).get("spec") or {}).get("restartPolicy") or "Always"
+    policy = _text(_dict(_dict(template).get("spec")).get("restartPolicy")) or "Always"
     if policy not in ("OnFailure", "Never"):
         causes.append(
             not_supported("spec.template.spec.restartPolicy", policy, ["OnFailure", "Never"])
@@ -494,7 +512,7 @@ def _validate_workload_controller(obj: dict) -> list[dict]:
 def _validate_resource_quota(obj: dict) -> list[dict]:
     causes: list[dict] = []
     for section in ("spec", "status"):
-        hard = ((obj.get(section) or {}).get("hard")) or {}
+        hard = _dict(_dict(obj.get(section)).get("hard"))
         for name, value in hard.items():
             path = f"{section}.hard[{name}]"
             causes.extend(invalid(path, name, m) for m in qualified_name_errors(name))
@@ -506,17 +524,19 @@ def _validate_resource_quota(obj: dict) -> list[dict]:
 
 def _validate_priority_class(obj: dict) -> list[dict]:
     value = obj.get("value")
-    name = (obj.get("metadata") or {}).get("name", "")
-    if isinstance(value, int) and value > 1_000_000_000 and not name.startswith("system-"):
+    name = _dict(obj.get("metadata")).get("name")
+    name = name if isinstance(name, str) else ""
+    big = isinstance(value, int) and not isinstance(value, bool) and value > 1_000_000_000
+    if big and not name.startswith("system-"):
         return [invalid("value", value, "must be no greater than 1000000000")]
     return []
 
 
 def _validate_node(obj: dict) -> list[dict]:
     causes: list[dict] = []
-    status = obj.get("status") or {}
+    status = _dict(obj.get("status"))
     for section in ("capacity", "allocatable"):
-        for name, value in (status.get(section) or {}).items():
+        for name, value in _dict(status.get(section)).items():
             path = f"status.{section}[{name}]"
             quantity = _parse(value, path, causes)
             if quantity is not None:
@@ -529,11 +549,11 @@ def validate_kueue(obj: dict) -> list[dict]:
     """Checks of Kueue's ClusterQueue/Cohort webhook that the CRD schema leaves out."""
     if obj.get("kind") not in ("ClusterQueue", "Cohort"):
         return []
-    spec = obj.get("spec") or {}
+    spec = _dict(obj.get("spec"))
     causes: list[dict] = []
-    for g, group in enumerate(spec.get("resourceGroups") or []):
-        for f, flavor in enumerate((group or {}).get("flavors") or []):
-            for r, resource in enumerate((flavor or {}).get("resources") or []):
+    for g, group in enumerate(_list(spec.get("resourceGroups"))):
+        for f, flavor in enumerate(_list(_dict(group).get("flavors"))):
+            for r, resource in enumerate(_list(_dict(flavor).get("resources"))):
                 if not isinstance(resource, dict):
                     continue
                 base = f"spec.resourceGroups[{g}].flavors[{f}].resources[{r}]"
@@ -579,10 +599,10 @@ def validate_builtin(obj: dict) -> list[dict]:
     """Causes for a built-in object (or a Kueue ClusterQueue/Cohort); [] when valid."""
     if not isinstance(obj, dict):
         return [field_error("FieldValueInvalid", "<nil>", json.dumps(obj), "must be an object")]
-    group = _group(obj.get("apiVersion", ""))
-    kind = obj.get("kind", "")
+    group = _group(obj.get("apiVersion"))
+    kind = obj.get("kind")
     causes = validate_metadata(obj)
-    validator = _VALIDATORS.get((group, kind))
+    validator = _VALIDATORS.get((group, kind)) if isinstance(kind, str) else None
     if validator is not None:
         causes.extend(validator(obj))
     return causes

@@ -22,6 +22,7 @@ skipped by the schema validator and reported through :func:`unsupported_rules_in
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import re
 from collections.abc import Iterable
@@ -50,6 +51,13 @@ _QUANTITY_KEY = "__kubesim_quantity__"
 
 class CelEvaluationError(Exception):
     """A rule failed at run time; the message is worded as the API server words it."""
+
+
+def _reraise_if_fatal(exc: BaseException) -> None:
+    # the Rust engine reports panics as pyo3's PanicException, a BaseException: treat it as
+    # a rule error, but never swallow interpreter exits or task cancellation
+    if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)):
+        raise exc
 
 
 # -- Kubernetes quantity library ----------------------------------------------------------
@@ -188,7 +196,8 @@ def compile_expression(expression: str):
     """Parse a CEL expression once; returns (program, error_text)."""
     try:
         return _cel.compile(expression), None
-    except Exception as exc:  # the library raises ValueError with the parser's report
+    except BaseException as exc:  # the library raises ValueError with the parser's report
+        _reraise_if_fatal(exc)
         return None, str(exc)
 
 
@@ -317,10 +326,11 @@ def _error_text(exc: Exception) -> str:
 
 def evaluate(program, variables: dict, functions: dict | None = FUNCTIONS):
     """Run a compiled program; raises CelEvaluationError with the API server's wording."""
-    context = _cel.Context(variables, functions) if functions else variables
     try:
+        context = _cel.Context(variables, functions) if functions else variables
         return program.execute(context)
-    except Exception as exc:
+    except BaseException as exc:
+        _reraise_if_fatal(exc)
         raise CelEvaluationError(_error_text(exc)) from None
 
 
@@ -368,8 +378,7 @@ def check_rules(rules, value, old=_MISSING) -> list[tuple[CompiledRule, str]]:
                 wrapped = (
                     _cel.OptionalValue.none() if old is _MISSING else _cel.OptionalValue.of(old)
                 )
-                optional = {"self": value, "oldSelf": wrapped}
-                optional = _cel.Context(optional, functions or None)
+                optional = _make_context({"self": value, "oldSelf": wrapped}, functions, False)
             context = optional
         else:
             if plain is None:
@@ -378,7 +387,7 @@ def check_rules(rules, value, old=_MISSING) -> list[tuple[CompiledRule, str]]:
                     variables["oldSelf"] = old
                 # a plain dict is cheaper than a Context when only one rule reads it
                 single = len(selected) == 1 and not functions
-                plain = variables if single else _cel.Context(variables, functions or None)
+                plain = _make_context(variables, functions, single)
             context = plain
         detail = _run_one(compiled, context)
         if detail is not None:
@@ -386,11 +395,25 @@ def check_rules(rules, value, old=_MISSING) -> list[tuple[CompiledRule, str]]:
     return failures
 
 
+def _make_context(variables: dict, functions: dict, plain: bool):
+    """A Context (or the plain dict); a conversion failure is returned, not raised."""
+    if plain:
+        return variables
+    try:
+        return _cel.Context(variables, functions or None)
+    except BaseException as exc:
+        _reraise_if_fatal(exc)
+        return exc
+
+
 def _run_one(compiled: CompiledRule, context) -> str | None:
     rule = compiled.rule.strip()
     try:
+        if isinstance(context, BaseException):
+            raise context
         result = compiled.program.execute(context)
-    except Exception as exc:
+    except BaseException as exc:
+        _reraise_if_fatal(exc)
         text = _error_text(exc)
         if text == "no such overload":
             return (
@@ -405,7 +428,8 @@ def _run_one(compiled: CompiledRule, context) -> str | None:
     if compiled.message_program is not None:
         try:
             message = compiled.message_program.execute(context)
-        except Exception:
+        except BaseException as exc:
+            _reraise_if_fatal(exc)
             message = None
         if isinstance(message, str) and message.strip() and "\n" not in message:
             return message
