@@ -19,6 +19,7 @@ the queue controller and the job admission webhooks, writing what Volcano v1.15 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 from kubesim.api.errors import ApiError
@@ -167,7 +168,7 @@ class VolcanoController:
         except ApiError:
             return
         if self.store.try_get(QUEUE_API, "Queue", None, "default") is None:
-            try:
+            with contextlib.suppress(ApiError):
                 self.store.create(
                     {
                         "apiVersion": QUEUE_API,
@@ -177,8 +178,6 @@ class VolcanoController:
                     },
                     field_manager=FIELD_MANAGER,
                 )
-            except ApiError:
-                pass
 
     def _on_write(self, event_type: str, rtype, obj: dict, old: dict | None) -> None:
         group, kind = rtype.group, rtype.kind
@@ -408,7 +407,7 @@ class VolcanoController:
         job = self.jobs.get(key)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return
-        namespace, name = key
+        namespace, _name = key
         status = job.get("status") or {}
         phase = (status.get("state") or {}).get("phase") or ""
         pg_key = (namespace, podgroup_name(job))
@@ -987,7 +986,7 @@ class VolcanoController:
 
     def _queue_allocated(self) -> dict[str, dict[str, int]]:
         allocated: dict[str, dict[str, int]] = {}
-        for (namespace, job_name), pods in self.pods_by_job.items():
+        for (_namespace, _job_name), pods in self.pods_by_job.items():
             for pod in pods.values():
                 if not (pod.get("spec") or {}).get("nodeName") or _pod_phase(pod) in (
                     "Succeeded",
