@@ -343,6 +343,8 @@ class CompiledSchema:
             node.additional = self._compile(additional, f"{where}[*]")
         else:
             node.additional = None
+            if additional is True:  # any value allowed: keep unknown fields
+                node.preserve_unknown = True
         items = get("items")
         node.items = self._compile(items, f"{where}[*]") if isinstance(items, dict) else None
         node.list_type = get("x-kubernetes-list-type")
