@@ -1,6 +1,7 @@
 """Departments, projects (the tenants) and who belongs to them."""
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
@@ -74,6 +75,57 @@ class Project(models.Model):
         # The namespace is a pure function of the slug; keep the stored copy (unique index) in step.
         self.namespace = namespace_for_slug(self.slug)
         super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        if self.pk and self.department_id:
+            errors = self._department_cap_errors()
+            if errors:
+                raise ValidationError({"department": errors})
+
+    def _department_cap_errors(self) -> list[str]:
+        """Caps of the new department that this project's quotas would exceed if it moved."""
+        # Imported here: quotas depends on tenants, not the other way round.
+        from django.db.models import Sum
+
+        from quotas.arithmetic import cap_error_for_quota
+        from quotas.models import DepartmentQuota, ProjectQuota
+
+        stored = Project.objects.filter(pk=self.pk).values_list("department_id", flat=True).first()
+        if stored is None or stored == self.department_id:
+            return []
+        errors = []
+        caps = DepartmentQuota.objects.filter(department_id=self.department_id).select_related(
+            "department", "pool"
+        )
+        for cap in caps:
+            mine = (
+                ProjectQuota.objects.filter(
+                    project_id=self.pk, pool_id=cap.pool_id, resource=cap.resource
+                )
+                .values_list("nominal", flat=True)
+                .first()
+            )
+            if not mine:
+                continue
+            others = (
+                ProjectQuota.objects.filter(
+                    project__department_id=self.department_id,
+                    pool_id=cap.pool_id,
+                    resource=cap.resource,
+                ).aggregate(total=Sum("nominal"))["total"]
+                or 0
+            )
+            error = cap_error_for_quota(
+                department=cap.department.slug,
+                pool=cap.pool.slug,
+                resource=cap.resource,
+                limit=cap.limit,
+                others_nominal=others,
+                nominal=mine,
+            )
+            if error:
+                errors.append(f"Moving {self.slug} there would break a cap. {error}")
+        return errors
 
 
 class Role(models.TextChoices):

@@ -258,3 +258,14 @@ def test_department_cap_inline_below_what_projects_hold_is_refused(demo, staff_c
     )
     cap.refresh_from_db()
     assert cap.limit == 16
+
+
+def test_deleting_a_department_with_projects_is_refused_not_a_500(demo, staff_client):
+    department = Department.objects.get(slug="research")
+    url = f"/admin/tenants/department/{department.pk}/delete/"
+    response = staff_client.post(url, {"post": "yes"})
+    assert response.status_code == 200
+    assert "would require deleting the following protected related objects" in (
+        response.content.decode()
+    )
+    assert Department.objects.filter(slug="research").exists()
