@@ -148,3 +148,46 @@ def test_admin_of_another_project_cannot_touch_project_a(personas):
             actor=personas.outsider, membership=_membership(personas.project_a, personas.member)
         )
     assert Membership.objects.filter(project=personas.project_a, user=personas.member).exists()
+
+
+def test_two_admins_demoting_each_other_at_once_leave_one_admin(transactional_db, personas):
+    """The admin rows are locked, so concurrent demotions cannot remove the last admin."""
+    import threading
+
+    from django.db import connection, connections
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks need PostgreSQL")
+    membership_change_role(
+        actor=personas.admin,
+        membership=_membership(personas.project_a, personas.member),
+        role=Role.ADMIN,
+    )
+    alice = _membership(personas.project_a, personas.admin)
+    bob = _membership(personas.project_a, personas.member)
+    barrier = threading.Barrier(2)
+    outcomes: dict[str, str] = {}
+
+    def demote(actor, membership, name):
+        try:
+            barrier.wait(timeout=10)
+            membership_change_role(actor=actor, membership=membership, role=Role.MEMBER)
+            outcomes[name] = "demoted"
+        except (ValidationError, PermissionDenied):
+            # ValidationError: the other one committed first and this would leave no admin;
+            # PermissionDenied: the other one already demoted this actor.
+            outcomes[name] = "refused"
+        finally:
+            connections.close_all()
+
+    threads = [
+        threading.Thread(target=demote, args=(personas.member, alice, "alice")),
+        threading.Thread(target=demote, args=(personas.admin, bob, "bob")),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert sorted(outcomes.values()) == ["demoted", "refused"]
+    assert Membership.objects.filter(project=personas.project_a, role=Role.ADMIN).count() == 1
