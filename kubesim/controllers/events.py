@@ -46,7 +46,6 @@ def record(
                 namespace,
                 name,
                 {"count": count + 1, "lastTimestamp": now},
-                field_manager=component,
             )
             remembered[key] = (name, count + 1)
             return stored
@@ -89,7 +88,7 @@ def record(
         "reportingInstance": host or "",
     }
     try:
-        stored = store.create(event, namespace=namespace, field_manager=component)
+        stored = store.create(event, namespace=namespace)
     except ApiError as exc:
         if exc.code in (404, 409, 403):  # namespace being deleted, or a name clash
             return None

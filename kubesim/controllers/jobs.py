@@ -129,6 +129,20 @@ def _is_ready(pod: dict) -> bool:
     )
 
 
+def _past_backoff_limit_on_failure(spec: dict, active_pods: list[dict], backoff_limit: int) -> bool:
+    """restartPolicy OnFailure: container restarts of the active pods count against the limit."""
+    template_spec = (spec.get("template") or {}).get("spec") or {}
+    if template_spec.get("restartPolicy") != "OnFailure":
+        return False
+    restarts = sum(
+        int(status.get("restartCount") or 0)
+        for pod in active_pods
+        for key in ("initContainerStatuses", "containerStatuses")
+        for status in (pod.get("status") or {}).get(key) or []
+    )
+    return restarts > 0 if backoff_limit == 0 else restarts >= backoff_limit
+
+
 def _job_owner_uid(pod: dict) -> str | None:
     for ref in pod["metadata"].get("ownerReferences") or []:
         if ref.get("kind") == "Job" and ref.get("controller"):
@@ -307,7 +321,9 @@ class JobController:
         if not finished:
             # 2. Terminal decisions (the *Target conditions first, the final one once no pod runs).
             if not has("FailureTarget") and not has("SuccessCriteriaMet"):
-                if failed > backoff_limit:
+                if failed > backoff_limit or _past_backoff_limit_on_failure(
+                    spec, active_pods, backoff_limit
+                ):
                     add_condition(
                         _condition(
                             "FailureTarget", "True", "BackoffLimitExceeded", MSG_BACKOFF, now
@@ -545,9 +561,7 @@ class JobController:
         if not annotations:
             del pod["metadata"]["annotations"]
         try:
-            created = self.store.create(
-                pod, namespace=meta.get("namespace"), field_manager=FIELD_MANAGER
-            )
+            created = self.store.create(pod, namespace=meta.get("namespace"))
         except ApiError as exc:
             self.record(job, "FailedCreate", f"Error creating: {exc.message}", "Warning")
             if exc.code in (403, 422):  # quota, admission: retry later as the real controller does
@@ -595,7 +609,6 @@ class JobController:
                         "resourceVersion": current["metadata"]["resourceVersion"],
                     }
                 },
-                field_manager=FIELD_MANAGER,
             )
 
     def _release_all(self, job: dict) -> None:

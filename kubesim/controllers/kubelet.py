@@ -464,10 +464,6 @@ class PodRunner:
 
     def publish(self) -> bool:
         """Write the pod status; False when the pod is gone (or replaced)."""
-        current = self.store.try_get("v1", "Pod", self.namespace, self.name)
-        if current is None or current["metadata"].get("uid") != self.uid:
-            return False
-        self.pod = current
         try:
             self.pod = self.store.patch(
                 "v1",
@@ -476,7 +472,6 @@ class PodRunner:
                 self.name,
                 {"status": self.status()},
                 subresource="status",
-                field_manager=FIELD_MANAGER,
             )
         except ApiError as exc:
             if exc.code == 404:
@@ -527,9 +522,7 @@ class PodRunner:
             }
         }
         with contextlib.suppress(ApiError):
-            self.pod = self.store.patch(
-                "v1", "Pod", self.namespace, self.name, patch, field_manager=FIELD_MANAGER
-            )
+            self.pod = self.store.patch("v1", "Pod", self.namespace, self.name, patch)
 
     async def _run(self) -> None:
         spec = self.pod["spec"]

@@ -97,9 +97,22 @@ def pod_requests(pod: dict) -> dict[str, int]:
     return total
 
 
+_allocatable_cache: dict[tuple[str, str], dict[str, int]] = {}
+
+
 def node_allocatable(node: dict) -> dict[str, int]:
-    alloc = (node.get("status") or {}).get("allocatable") or {}
-    return {name: quantity_units(name, value) for name, value in alloc.items()}
+    """The node's allocatable in scheduler units (cached per node resourceVersion)."""
+    meta = node.get("metadata") or {}
+    key = (meta.get("name", ""), meta.get("resourceVersion", ""))
+    cached = _allocatable_cache.get(key) if key[1] else None
+    if cached is None:
+        alloc = (node.get("status") or {}).get("allocatable") or {}
+        cached = {name: quantity_units(name, value) for name, value in alloc.items()}
+        if key[1]:
+            if len(_allocatable_cache) > 10000:
+                _allocatable_cache.clear()
+            _allocatable_cache[key] = cached
+    return dict(cached)
 
 
 def is_terminal(pod: dict) -> bool:
@@ -368,9 +381,7 @@ def bind(store, pod: dict, node_name: str) -> None:
     """Bind as the pods/binding subresource does: spec.nodeName, then PodScheduled=True."""
     meta = pod["metadata"]
     namespace, name = meta.get("namespace"), meta["name"]
-    bound = store.patch(
-        "v1", "Pod", namespace, name, {"spec": {"nodeName": node_name}}, field_manager=FIELD_MANAGER
-    )
+    bound = store.patch("v1", "Pod", namespace, name, {"spec": {"nodeName": node_name}})
     tracker(store).observe(bound)
     now = rfc3339(store.clock.now())
     conditions = [
@@ -397,7 +408,6 @@ def bind(store, pod: dict, node_name: str) -> None:
         name,
         {"status": status},
         subresource="status",
-        field_manager=FIELD_MANAGER,
     )
     scheduler_name = (pod.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER
     events.record(
@@ -440,7 +450,6 @@ def mark_unschedulable(
             meta["name"],
             {"status": status},
             subresource="status",
-            field_manager=FIELD_MANAGER,
         )
     except ApiError as exc:
         if exc.code == 404:
