@@ -66,3 +66,14 @@ def test_refuses_to_start_without_secret_key_when_debug_is_off():
     assert "SECRET_KEY" in reason, reason
     assert "DEBUG" in reason, reason
     assert "Traceback" not in result.stderr
+
+
+def test_collectstatic_works_with_the_production_storage(tmp_path):
+    # DEBUG off switches to whitenoise's compressed manifest storage, which fails on a broken
+    # reference inside a CSS or JS file; the vendored htmx and our CSS must survive it.
+    env = _production_env(STATIC_ROOT=str(tmp_path))
+    result = _manage("collectstatic", "--noinput", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    manifest = (tmp_path / "staticfiles.json").read_text()
+    assert "vendor/htmx-2.0.11.min.js" in manifest
+    assert "css/portal.css" in manifest
