@@ -2,8 +2,9 @@
 the queue controller and the job admission webhooks, writing what Volcano v1.15 writes.
 
 - Job (batch.volcano.sh/v1alpha1): defaults as the mutating webhook sets them, validation as
-  "validatejob.volcano.sh" answers, a PodGroup <job>-<uid> (minMember = minAvailable, minResources,
-  queue), pods <job>-<task>-<index> only once the PodGroup has left Pending, plugins svc/env/pytorch,
+  "validatejob.volcano.sh" answers, a PodGroup <job>-<uid> (minMember = minAvailable,
+  minResources, queue), pods <job>-<task>-<index> only once the PodGroup has left Pending, plugins
+  svc/env/pytorch,
   phases Pending -> Running -> Completed/Failed (Restarting, Aborting/Aborted, Completing) with the
   task counters, and the default policies (PodFailed -> RestartJob/AbortJob, TaskCompleted ->
   CompleteJob when written).
@@ -479,15 +480,12 @@ class VolcanoController:
             self._sync_podgroup_counts(pg, counts, terminal=False)
 
     def _tasks_met(self, job: dict, per_task: dict) -> bool:
+        """Each task with a minAvailable needs that many successes (Volcano's running state)."""
         for task in (job.get("spec") or {}).get("tasks") or []:
-            if task.get("minAvailable") is None:
-                continue
+            minimum = task.get("minAvailable")
             succeeded = per_task.get(task["name"], {}).get("Succeeded", 0)
-            if succeeded < int(task["minAvailable"]) and int(task["minAvailable"]) > 0:
-                # Volcano requires each task's minAvailable successes only when it was set
-                # explicitly below replicas; defaulted tasks count through the job total.
-                if int(task["minAvailable"]) < int(task.get("replicas") or 0):
-                    return False
+            if minimum is not None and succeeded < int(minimum):
+                return False
         return True
 
     def _policy_action(self, job: dict, pods: dict, per_task: dict) -> str | None:
@@ -785,13 +783,17 @@ class VolcanoController:
         if all(status.get(k) == v for k, v in new.items()):
             return
         namespace, name = _key(job)
+        patch = dict(new)
+        patch["taskStatusCount"] = _with_removals(
+            status.get("taskStatusCount") or {}, new["taskStatusCount"]
+        )
         try:
             self.store.patch(
                 JOB_API,
                 "Job",
                 namespace,
                 name,
-                {"status": new},
+                {"status": patch},
                 subresource="status",
                 field_manager=FIELD_MANAGER,
             )
@@ -945,7 +947,9 @@ class VolcanoController:
                             failure,
                         )
                 else:
-                    self._gang_unschedulable(pg, live, waiting, min_member, nodes, failure or {})
+                    self._gang_unschedulable(
+                        pg, live, waiting, min_member, nodes, failure or {}, placement
+                    )
                     continue
             if len(scheduled) >= min_member and phase != "Running" and min_member > 0:
                 self._set_scheduled(pg)
@@ -1018,7 +1022,7 @@ class VolcanoController:
         self._patch_podgroup(pg, {"phase": "Running", "conditions": conditions})
         self._pg_event(pg, "Scheduled", "pod group is ready", "Normal")
 
-    def _gang_unschedulable(self, pg, live, waiting, min_member, nodes, failure) -> None:
+    def _gang_unschedulable(self, pg, live, waiting, min_member, nodes, failure, placement) -> None:
         reasons = _fit_error(len(nodes), failure)
         histogram: dict[str, int] = {}
         for pod in live:
@@ -1031,10 +1035,11 @@ class VolcanoController:
         detail = f"pod group is not ready, {', '.join(parts)}"
         if waiting:
             detail += f"; Pending: {len(waiting)} Unschedulable"
-        detail += (
-            f". Origin reason is {waiting[0]['metadata']['name']}: {reasons}" if waiting else ""
-        )
-        unready = min_member - (len(live) - len(waiting))
+        unplaced = [p for p in waiting if p["metadata"]["name"] not in placement]
+        if unplaced:
+            detail += f". Origin reason is {unplaced[0]['metadata']['name']}: {reasons}"
+        # Pods the session could place tentatively count as schedulable (gang plugin).
+        unready = min_member - (len(live) - len(waiting)) - len(placement)
         message = f"{unready}/{len(live)} tasks in gang unschedulable: {detail}"
         conditions = [
             c
@@ -1123,6 +1128,22 @@ class VolcanoController:
                 continue
             self.queues[name] = updated
             self.queue_written[name] = fingerprint
+
+
+def _with_removals(old: dict, new: dict) -> dict:
+    """A merge patch from old to new: keys that disappeared are set to null."""
+    patch: dict = {}
+    for key, value in new.items():
+        before = old.get(key)
+        patch[key] = (
+            _with_removals(before, value)
+            if isinstance(value, dict) and isinstance(before, dict)
+            else value
+        )
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch
 
 
 def min_resources_of(spec: dict) -> dict[str, int]:
