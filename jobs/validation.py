@@ -31,9 +31,12 @@ IMAGE_MAX = 512
 # Docker image reference: [registry[:port]/]path[:tag][@sha256:digest], path components lower
 # case (the distribution/reference grammar).
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+# A first component is a registry only if it looks like a host: has a dot or a port, or is
+# localhost (otherwise "team/image" is a Docker Hub path).
+_REGISTRY = rf"(?:localhost(?::[0-9]+)?|{_LABEL}(?:\.{_LABEL})+(?::[0-9]+)?|{_LABEL}:[0-9]+)"
 IMAGE_RE = re.compile(
-    r"^(?:(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
-    r"(?::[0-9]+)?)/)?"
+    rf"^(?:{_REGISTRY}/)?"
     rf"{_COMPONENT}(?:/{_COMPONENT})*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
     r"(?:@sha256:[a-f0-9]{64})?$"

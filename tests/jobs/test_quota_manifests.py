@@ -1,0 +1,196 @@
+"""quotas/manifests.py: the admin's model as Kueue and Volcano objects (pure)."""
+
+from quotas import manifests as qm
+
+H100 = qm.PoolSpec(
+    slug="h100",
+    node_labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+    mig_profiles=("1g.10gb", "3g.40gb"),
+    total_gpus=32,
+    default_cpu="8",
+    default_memory="64Gi",
+)
+A100 = qm.PoolSpec(
+    slug="a100",
+    node_labels={"pool": "a100"},
+    mig_profiles=(),
+    total_gpus=16,
+    default_cpu="4",
+    default_memory="32Gi",
+)
+ALPHA = qm.ProjectSpec(
+    slug="alpha",
+    namespace="gp-alpha",
+    department_slug="research",
+    quotas=(
+        qm.QuotaAmount("h100", "gpu", 8, 12),
+        qm.QuotaAmount("h100", "1g.10gb", 7, 7),
+        qm.QuotaAmount("a100", "gpu", 2, 4),
+    ),
+)
+BETA = qm.ProjectSpec(
+    slug="beta",
+    namespace="gp-beta",
+    department_slug="research",
+    quotas=(qm.QuotaAmount("h100", "gpu", 4, 12),),
+)
+PRIORITIES = (
+    qm.PrioritySpec("high", 1000, False),
+    qm.PrioritySpec("normal", 500, True),
+    qm.PrioritySpec("low", 100, True),
+)
+MODEL = qm.QuotaModel(
+    pools=(H100, A100),
+    departments=(qm.DepartmentSpec("research"),),
+    projects=(ALPHA, BETA),
+    priorities=PRIORITIES,
+)
+
+
+def by_kind(objects):
+    out = {}
+    for obj in objects:
+        out.setdefault(obj["kind"], []).append(obj)
+    return out
+
+
+def test_every_object_is_labelled_managed_with_an_owner_kind():
+    for obj in qm.desired_quota_objects(MODEL):
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "gpu-portal"
+        assert labels["gpu-portal.io/owner-kind"] in {"pool", "department", "project", "priority"}
+
+
+def test_object_counts_per_kind():
+    kinds = by_kind(qm.desired_quota_objects(MODEL))
+    assert {k: len(v) for k, v in kinds.items()} == {
+        "ResourceFlavor": 2,
+        "WorkloadPriorityClass": 3,
+        "PriorityClass": 3,
+        "Cohort": 1,
+        "Queue": 3,  # one department parent + two projects
+        "Namespace": 2,
+        "ClusterQueue": 2,
+        "LocalQueue": 2,
+        "ResourceQuota": 2,
+    }
+
+
+def test_resource_flavor_has_pool_labels_and_gpu_toleration():
+    rf = qm.resource_flavor(H100)
+    assert rf["metadata"]["name"] == "gp-pool-h100"
+    assert rf["spec"]["nodeLabels"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert rf["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+
+
+def test_cluster_queue_quota_borrowing_cohort_and_selector():
+    cq = qm.cluster_queue(ALPHA, MODEL.pools, PRIORITIES)
+    spec = cq["spec"]
+    assert cq["metadata"]["name"] == "gp-alpha"
+    assert spec["cohortName"] == "gp-dept-research"
+    assert spec["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "gp-alpha"}}
+    (group,) = spec["resourceGroups"]
+    assert group["coveredResources"] == [
+        "cpu",
+        "memory",
+        "nvidia.com/gpu",
+        "nvidia.com/mig-1g.10gb",
+        "nvidia.com/mig-3g.40gb",
+    ]
+    flavors = {f["name"]: {r["name"]: r for r in f["resources"]} for f in group["flavors"]}
+    assert list(flavors) == ["gp-pool-a100", "gp-pool-h100"]
+    for resources in flavors.values():
+        assert list(resources) == group["coveredResources"]  # the CEL rule: same list
+    h100 = flavors["gp-pool-h100"]
+    assert h100["nvidia.com/gpu"] == {
+        "name": "nvidia.com/gpu",
+        "nominalQuota": 8,
+        "borrowingLimit": 4,
+    }
+    assert h100["nvidia.com/mig-1g.10gb"]["nominalQuota"] == 7
+    assert h100["nvidia.com/mig-1g.10gb"]["borrowingLimit"] == 0
+    assert h100["nvidia.com/mig-3g.40gb"] == {
+        "name": "nvidia.com/mig-3g.40gb",
+        "nominalQuota": 0,
+        "borrowingLimit": 0,
+    }
+    assert h100["cpu"]["nominalQuota"] == "256"
+    assert h100["memory"]["nominalQuota"] == "2048Gi"
+    assert flavors["gp-pool-a100"]["nvidia.com/gpu"]["nominalQuota"] == 2
+
+
+def test_preemption_follows_priority_classes():
+    assert qm.preemption_policy(PRIORITIES) == {
+        "withinClusterQueue": "LowerPriority",
+        "reclaimWithinCohort": "Any",
+        "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 500},
+    }
+    nobody = tuple(qm.PrioritySpec(p.name, p.value, False) for p in PRIORITIES)
+    assert qm.preemption_policy(nobody) == {
+        "withinClusterQueue": "Never",
+        "reclaimWithinCohort": "Never",
+    }
+
+
+def test_volcano_queues_capability_deserved_parent():
+    leaf = qm.volcano_project_queue(ALPHA)
+    assert leaf["metadata"]["name"] == "gp-alpha"
+    assert leaf["spec"]["parent"] == "gp-dept-research"
+    assert leaf["spec"]["capability"] == {"nvidia.com/gpu": "16", "nvidia.com/mig-1g.10gb": "7"}
+    assert leaf["spec"]["deserved"] == {"nvidia.com/gpu": "10", "nvidia.com/mig-1g.10gb": "7"}
+    parent = qm.volcano_department_queue(qm.DepartmentSpec("research"), MODEL.projects)
+    assert parent["metadata"]["name"] == "gp-dept-research"
+    assert parent["spec"]["deserved"] == {"nvidia.com/gpu": "14", "nvidia.com/mig-1g.10gb": "7"}
+    assert parent["spec"]["capability"]["nvidia.com/gpu"] == "28"
+    assert "parent" not in parent["spec"]
+
+
+def test_resource_quota_caps_gpu_requests_at_the_maximum():
+    rq = qm.resource_quota(ALPHA, MODEL.pools)
+    assert rq["metadata"] == {
+        "name": "gpu-portal",
+        "namespace": "gp-alpha",
+        "labels": rq["metadata"]["labels"],
+    }
+    assert rq["spec"]["hard"] == {
+        "requests.nvidia.com/gpu": "16",
+        "requests.nvidia.com/mig-1g.10gb": "7",
+        "requests.nvidia.com/mig-3g.40gb": "0",
+    }
+
+
+def test_namespace_local_queue_and_priority_classes():
+    ns = qm.namespace(ALPHA)
+    assert ns["metadata"]["name"] == "gp-alpha"
+    assert ns["metadata"]["labels"]["gpu-portal.io/project"] == "alpha"
+    lq = qm.local_queue(ALPHA)
+    assert lq["metadata"]["namespace"] == "gp-alpha"
+    assert lq["spec"] == {"clusterQueue": "gp-alpha"}
+    wpc = qm.workload_priority_class(PRIORITIES[0])
+    assert wpc["metadata"]["name"] == "gp-high"
+    assert wpc["value"] == 1000
+    pc = qm.pod_priority_class(PRIORITIES[0])
+    assert pc["apiVersion"] == "scheduling.k8s.io/v1"
+    assert pc["value"] == 1000
+    assert pc["globalDefault"] is False
+
+
+def test_project_without_quota_gets_a_queue_that_admits_nothing():
+    empty = qm.ProjectSpec(slug="gamma", namespace="gp-gamma", department_slug="research")
+    cq = qm.cluster_queue(empty, MODEL.pools, PRIORITIES)
+    assert "resourceGroups" not in cq["spec"]
+    assert qm.resource_quota(empty, MODEL.pools)["spec"]["hard"] == {"requests.nvidia.com/gpu": "0"}
+
+
+def test_scale_quantity_keeps_units():
+    assert qm.scale_quantity("64Gi", 4) == "256Gi"
+    assert qm.scale_quantity("500m", 3) == "1500m"
+    assert qm.scale_quantity("1.5", 2) == "3"
+
+
+def test_output_is_deterministic_and_parents_come_first():
+    a = qm.desired_quota_objects(MODEL)
+    assert a == qm.desired_quota_objects(MODEL)
+    names = [(o["kind"], o["metadata"]["name"]) for o in a]
+    assert names.index(("Queue", "gp-dept-research")) < names.index(("Queue", "gp-alpha"))
+    assert names.index(("Namespace", "gp-alpha")) < names.index(("LocalQueue", "gp-alpha"))

@@ -1,0 +1,138 @@
+"""jobs/states.py and jobs.services.job_transition: the only writer of Job.state."""
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from jobs.states import ACTIVE, TERMINAL, TRANSITIONS, JobState, can_transition, sources_for
+
+
+def test_table_covers_every_state_and_terminal_states_are_absorbing():
+    assert set(TRANSITIONS) == set(JobState.values)
+    for state in TERMINAL:
+        assert TRANSITIONS[state] == frozenset()
+    assert set(JobState.values) == ACTIVE | TERMINAL
+    for targets in TRANSITIONS.values():
+        assert JobState.SUBMITTED not in targets  # nothing goes back to Submitted
+
+
+def test_every_active_state_can_be_cancelled_and_fail():
+    for state in ACTIVE:
+        assert can_transition(state, JobState.CANCELLED)
+        assert can_transition(state, JobState.FAILED)
+
+
+def test_sources_for_is_the_inverse_of_the_table():
+    for to in JobState.values:
+        for src in JobState.values:
+            assert (src in sources_for(to)) == can_transition(src, to)
+
+
+@pytest.mark.django_db
+def test_transition_writes_state_and_event_together(make_job):
+    from jobs.models import Job
+    from jobs.services import job_transition
+
+    job = make_job()
+    job_transition(job, to="queued", reason="Pending", message="waiting", source="test")
+    stored = Job.objects.get(pk=job.pk)
+    assert (stored.state, stored.state_reason, stored.state_message) == (
+        "queued",
+        "Pending",
+        "waiting",
+    )
+    (event,) = stored.events.all()
+    assert (event.from_state, event.to_state, event.reason, event.source) == (
+        "submitted",
+        "queued",
+        "Pending",
+        "test",
+    )
+
+
+@pytest.mark.django_db
+def test_refused_transition_changes_nothing(make_job):
+    from jobs.models import Job
+    from jobs.services import InvalidTransition, job_transition
+
+    job = make_job()
+    job_transition(job, to="succeeded", reason="Completed", source="test")
+    with pytest.raises(InvalidTransition, match="is Succeeded; it cannot become Cancelled"):
+        job_transition(job, to="cancelled", reason="x", source="test")
+    assert Job.objects.get(pk=job.pk).state == "succeeded"
+    assert Job.objects.get(pk=job.pk).events.count() == 1
+
+
+@pytest.mark.django_db
+def test_compare_and_set_uses_the_stored_state_not_the_stale_object(make_job):
+    """A stale in-memory copy cannot resurrect a job another writer already finished."""
+    from jobs.models import Job
+    from jobs.services import InvalidTransition, job_transition
+
+    job = make_job()
+    stale = Job.objects.get(pk=job.pk)
+    job_transition(job, to="cancelled", reason="Cancelled", source="api")
+    with pytest.raises(InvalidTransition):
+        job_transition(stale, to="running", reason="PodsReady", source="reconciler")
+    assert Job.objects.get(pk=job.pk).state == "cancelled"
+
+
+@pytest.mark.django_db
+def test_database_refuses_an_unknown_state(make_job):
+    from django.db import IntegrityError, transaction
+
+    from jobs.models import Job
+
+    job = make_job()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Job.objects.filter(pk=job.pk).update(state="exploded")
+
+
+@pytest.mark.django_db
+def test_random_event_sequences_never_leave_the_graph(make_job):
+    """Hypothesis drives random transition requests; the stored state and the event log always
+    agree with the table, refused requests change nothing, terminal states absorb."""
+    from jobs.models import Job
+    from jobs.services import InvalidTransition, job_transition
+
+    class JobMachine(RuleBasedStateMachine):
+        def __init__(self):
+            super().__init__()
+            self.job = make_job()
+            self.model_state = JobState.SUBMITTED
+            self.events = 0
+
+        @rule(to=st.sampled_from(JobState.values))
+        def request(self, to):
+            allowed = can_transition(self.model_state, to)
+            try:
+                job_transition(self.job, to=to, reason="Test", source="hypothesis")
+            except InvalidTransition:
+                assert not allowed
+            else:
+                assert allowed
+                self.model_state = to
+                self.events += 1
+
+        @invariant()
+        def stored_state_matches_model(self):
+            stored = Job.objects.get(pk=self.job.pk)
+            assert stored.state == self.model_state
+            events = list(stored.events.order_by("id"))
+            assert len(events) == self.events
+            previous = JobState.SUBMITTED
+            for event in events:
+                assert event.from_state == previous
+                assert can_transition(event.from_state, event.to_state)
+                previous = event.to_state
+
+    run_state_machine_as_test(
+        JobMachine,
+        settings=settings(
+            max_examples=25,
+            stateful_step_count=12,
+            deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        ),
+    )
