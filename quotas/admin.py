@@ -58,6 +58,13 @@ class GpuPoolForm(forms.ModelForm):
         )
 
 
+def warn_if_oversubscribed(request: HttpRequest, pools) -> None:
+    """After a quota change: tell the admin which pools now promise more GPUs than they have."""
+    for subscription in pool_subscriptions(pools=pools).values():
+        if subscription.message:
+            messages.warning(request, subscription.message)
+
+
 def _subscription_text(subscription: arithmetic.PoolSubscription) -> str:
     text = subscription.summary
     if subscription.oversubscribed:
@@ -178,6 +185,10 @@ class ProjectQuotaAdmin(admin.ModelAdmin):
     list_filter = ("pool", "project__department", "resource")
     search_fields = ("project__slug", "project__name", "pool__slug", "resource")
     list_select_related = ("project__department", "pool")
+
+    def save_model(self, request, obj, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        warn_if_oversubscribed(request, [obj.pool])
 
     def get_queryset(self, request):
         return (

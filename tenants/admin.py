@@ -6,8 +6,8 @@ from django.contrib import admin
 from django.db.models import Count, Prefetch
 
 from quotas import arithmetic
-from quotas.admin import DepartmentQuotaForm, ProjectQuotaForm
-from quotas.models import DepartmentQuota, ProjectQuota
+from quotas.admin import DepartmentQuotaForm, ProjectQuotaForm, warn_if_oversubscribed
+from quotas.models import DepartmentQuota, GpuPool, ProjectQuota
 from tenants.models import Department, Membership, Project
 
 
@@ -85,6 +85,19 @@ class ProjectAdmin(admin.ModelAdmin):
                 Prefetch("quotas", queryset=ProjectQuota.objects.select_related("pool"))
             )
         )
+
+    def save_related(self, request, form, formsets, change) -> None:
+        super().save_related(request, form, formsets, change)
+        # Quotas may have been added, raised or removed: re-check the pools they touch.
+        pool_ids = {
+            inline_form.instance.pool_id
+            for formset in formsets
+            if formset.model is ProjectQuota
+            for inline_form in formset.forms
+            if inline_form.has_changed() and inline_form.instance.pool_id
+        }
+        if pool_ids:
+            warn_if_oversubscribed(request, GpuPool.objects.filter(pk__in=pool_ids))
 
     @admin.display(description="members", ordering="member_total")
     def member_count(self, project: Project) -> int:

@@ -158,3 +158,16 @@ def test_priority_classes_can_be_tuned_but_not_added_or_removed(db, staff_client
     )
     assert response.status_code == 200
     assert "Enter a whole number." in response.content.decode()
+
+
+def test_saving_a_quota_that_over_subscribes_warns(org, staff_client):
+    services.quota_set(actor=None, project=org.vision, pool=org.a100, nominal=16)
+    data = {
+        "project": str(org.infra.pk),
+        "pool": str(org.a100.pk),
+        "resource": "gpu",
+        "nominal": "1",
+        "borrowing_limit": "0",
+    }
+    response = staff_client.post("/admin/quotas/projectquota/add/", data, follow=True)
+    assert "Pool a100 is over-subscribed: 17 of 16 GPUs guaranteed" in response.content.decode()

@@ -1,7 +1,7 @@
 """Quota arithmetic (pure; no database)."""
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quotas.arithmetic import (
@@ -96,6 +96,7 @@ quota_lists = st.lists(
 )
 
 
+@settings(deadline=None)  # pure and fast, but the CI machine is shared
 @given(quota_lists)
 def test_usable_amounts_properties(quotas):
     amounts = usable_amounts(quotas)
@@ -110,6 +111,7 @@ def test_usable_amounts_properties(quotas):
             assert amount.maximum <= quota.nominal + quota.borrowing_limit
 
 
+@settings(deadline=None)  # pure and fast, but the CI machine is shared
 @given(
     nominal=st.integers(0, 100),
     limit=st.integers(0, 100),
@@ -225,6 +227,7 @@ def test_pool_subscription_warns_when_over_subscribed():
     )
 
 
+@settings(deadline=None)  # pure and fast, but the CI machine is shared
 @given(
     full=st.integers(0, 100),
     small=st.integers(0, 100),

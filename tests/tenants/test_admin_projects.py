@@ -269,3 +269,15 @@ def test_deleting_a_department_with_projects_is_refused_not_a_500(demo, staff_cl
         response.content.decode()
     )
     assert Department.objects.filter(slug="research").exists()
+
+
+def test_saving_quotas_that_over_subscribe_a_pool_warns(demo, staff_client):
+    department = Department.objects.get(slug="research")
+    a100 = GpuPool.objects.get(slug="a100")  # the demo guarantees all 16 of its GPUs already
+    data = _project_post(department, quotas=[(a100, "gpu", 2, None)])
+    response = staff_client.post("/admin/tenants/project/add/", data, follow=True)
+    assert response.status_code == 200
+    assert "Pool a100 is over-subscribed: 18 of 16 GPUs guaranteed" in response.content.decode()
+    assert ProjectQuota.objects.filter(
+        project__slug="robotics"
+    ).exists()  # a warning, not a refusal
