@@ -89,7 +89,10 @@ class Quantity:
         if isinstance(other, Quantity):
             return other.value
         if isinstance(other, (int, str, float)) and not isinstance(other, bool):
-            return Quantity.parse(other).value
+            try:
+                return Quantity.parse(other).value
+            except QuantityError:
+                return NotImplemented
         return NotImplemented
 
     def __eq__(self, other) -> bool:

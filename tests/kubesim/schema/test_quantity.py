@@ -60,6 +60,7 @@ def test_exact_values_and_comparison():
     assert Quantity.parse("1") == Quantity.parse("1000m")
     assert Quantity.parse("1k") == "1000"
     assert Quantity.parse("2").compare("3") == -1
+    assert Quantity.parse("1") != "abc"
     assert sorted(Quantity.parse(q) for q in ["1Gi", "100Mi", "1G"]) == [
         Quantity.parse("100Mi"),
         Quantity.parse("1G"),
