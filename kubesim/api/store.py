@@ -86,6 +86,8 @@ class Store:
         self._hooks: dict[tuple[str, str], list[AdmissionHook]] = {}
         self._write_listeners: list[WriteListener] = []
         self._owner_index: dict[str, set[tuple[tuple[str, str], str, str]]] = {}
+        # (group, plural) -> (label key, value) -> {(namespace, name)}
+        self._labels: dict[tuple[str, str], dict[tuple[str, str], set[tuple[str, str]]]] = {}
         # pods bound to a node are deleted gracefully when a kubelet runs (it finishes the deletion)
         self.graceful_pod_deletion = False
         self.warnings: list[str] = []
@@ -188,6 +190,25 @@ class Store:
             buckets = [(namespace, bucket)] if bucket else []
         else:
             buckets = sorted(by_ns.items())
+        equality = selectors.equality_index(label_reqs) if label_reqs else None
+        if equality is not None:
+            # narrow through the label index: only objects carrying key=value are looked at
+            entries = self._labels.get(rtype.key, {}).get(equality)
+            if not entries:
+                return []
+            selected = []
+            for ns, name in sorted(entries):
+                if rtype.namespaced and namespace and ns != namespace:
+                    continue
+                if start_after is not None and (ns, name) <= start_after:
+                    continue
+                obj = by_ns[ns][name]
+                if not selectors.labels_match(label_reqs, obj["metadata"].get("labels")):
+                    continue
+                if field_reqs and not selectors.fields_match(field_reqs, obj):
+                    continue
+                selected.append(obj)
+            return selected
         result = []
         for ns, bucket in buckets:
             if start_after is not None and ns < start_after[0]:
@@ -313,11 +334,32 @@ class Store:
         bucket[meta["name"]] = obj
         self._index_owners(rtype, old, remove=True)
         self._index_owners(rtype, obj)
+        old_labels = old["metadata"].get("labels") if old is not None else None
+        new_labels = meta.get("labels")
+        if old_labels != new_labels:
+            self._index_labels(rtype.key, namespace, meta["name"], old_labels, remove=True)
+            self._index_labels(rtype.key, namespace, meta["name"], new_labels)
         self._publish(
             WatchEvent(int(meta["resourceVersion"]), event_type, rtype.key, namespace, obj, old)
         )
         for listener in self._write_listeners:
             listener(event_type, rtype, obj, old)
+
+    def _index_labels(self, key: tuple[str, str], namespace: str, name: str,
+                      labels: dict | None, *, remove: bool = False) -> None:
+        if not labels:
+            return
+        index = self._labels.setdefault(key, {})
+        entry = (namespace, name)
+        for pair in labels.items():
+            if remove:
+                holders = index.get(pair)
+                if holders is not None:
+                    holders.discard(entry)
+                    if not holders:
+                        del index[pair]
+            else:
+                index.setdefault(pair, set()).add(entry)
 
     def _index_owners(self, rtype: ResourceType, obj: dict | None, *, remove: bool = False) -> None:
         if obj is None:
@@ -812,6 +854,8 @@ class Store:
         if not bucket:
             del self._data[rtype.key][namespace]
         self._index_owners(rtype, old, remove=True)
+        self._index_labels(rtype.key, namespace, meta["name"], old["metadata"].get("labels"),
+                           remove=True)
         gone = dict(final)
         gone["metadata"] = dict(meta)
         gone["metadata"]["resourceVersion"] = self._next_rv()
@@ -960,6 +1004,7 @@ class Store:
             for obj in list(by_ns.values()):
                 self._remove(rtype, obj, obj)
         self._data.pop(rtype.key, None)
+        self._labels.pop(rtype.key, None)
 
     # ---------------------------------------------------------------- watch
     def add_watcher(self, watcher: Watcher) -> None:
@@ -1042,6 +1087,7 @@ class Store:
             namespace = meta.get("namespace", "") if rtype.namespaced else ""
             self._bucket(rtype.key, namespace)[meta["name"]] = obj
             self._index_owners(rtype, obj)
+            self._index_labels(rtype.key, namespace, meta["name"], meta.get("labels"))
         self._rv = max(self._rv, int(state.get("resourceVersion", 0)))
         self._history.clear()
         self._history_floor = self._rv

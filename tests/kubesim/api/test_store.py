@@ -1,0 +1,158 @@
+"""The Store and KubeServer used in-process, as the controllers use them (no HTTP client)."""
+
+import asyncio
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from kubesim.api import errors
+from kubesim.api.builtins import register_builtins
+from kubesim.api.crds import CrdManager, builtin_crds
+from kubesim.api.registry import Registry
+from kubesim.api.server import KubeServer
+from kubesim.api.store import Store
+from kubesim.clock import SimClock
+
+
+@pytest.fixture
+def store() -> Store:
+    registry = Registry()
+    register_builtins(registry)
+    store = Store(registry, SimClock(), history_size=50)
+    CrdManager(store).create_all(builtin_crds())
+    store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})
+    return store
+
+
+def _cm(name: str, **data) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default"}, "data": data}
+
+
+def test_returned_objects_are_copies(store):
+    created = store.create(_cm("a", k="1"))
+    created["data"]["k"] = "changed"
+    assert store.get("v1", "ConfigMap", "default", "a")["data"] == {"k": "1"}
+    listed = store.list("v1", "ConfigMap", "default")
+    listed[0]["data"]["k"] = "changed"
+    assert store.get("v1", "ConfigMap", "default", "a")["data"] == {"k": "1"}
+
+
+def test_admission_hooks_can_deny_and_mutate(store):
+    def hook(operation, new, old):
+        if operation == "CREATE" and new["metadata"]["name"] == "denied":
+            raise errors.ApiError(403, "Forbidden",
+                                  'admission webhook "x" denied the request: no')
+        if operation in ("CREATE", "UPDATE"):
+            new.setdefault("data", {})["stamped"] = "yes"
+
+    store.add_admission_hook("v1", "ConfigMap", hook)
+    with pytest.raises(errors.ApiError) as excinfo:
+        store.create(_cm("denied"))
+    assert excinfo.value.code == 403
+    assert store.create(_cm("ok"))["data"] == {"stamped": "yes"}
+    assert store.try_get("v1", "ConfigMap", "default", "denied") is None
+
+
+def test_subscription_feeds_changes_in_order(store):
+    async def run():
+        sub = store.watch("v1", "ConfigMap", "default")
+        everything = store.watch()
+        store.create(_cm("w"))
+        store.patch("v1", "ConfigMap", "default", "w", {"data": {"x": "1"}})
+        store.delete("v1", "ConfigMap", "default", "w")
+        seen = [await anext(sub) for _ in range(3)]
+        first_any = await anext(everything)
+        sub.close()
+        everything.close()
+        return seen, first_any
+
+    seen, first_any = asyncio.run(run())
+    assert [(t, o["metadata"]["name"]) for t, o in seen] == [
+        ("ADDED", "w"), ("MODIFIED", "w"), ("DELETED", "w")]
+    assert seen[1][1]["data"] == {"x": "1"}
+    assert first_any[1]["kind"] == "ConfigMap"
+
+
+def test_history_is_bounded(store):
+    first_rv = store.resource_version
+    for i in range(60):
+        store.create(_cm(f"h{i}"))
+    assert store.history_since(first_rv) is None  # older than the 50 kept events
+    recent = store.history_since(store.resource_version - 5)
+    assert [e.obj["metadata"]["name"] for e in recent] == [f"h{i}" for i in range(55, 60)]
+
+
+def test_graceful_pod_deletion_waits_for_the_kubelet(store):
+    store.graceful_pod_deletion = True
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "namespace": "default"},
+           "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}}
+    store.create(pod)
+    pending = store.delete("v1", "Pod", "default", "p", grace=True)
+    assert pending["metadata"]["deletionTimestamp"]
+    assert pending["metadata"]["deletionGracePeriodSeconds"] == 30
+    # the kubelet confirms with a grace-less delete
+    store.delete("v1", "Pod", "default", "p")
+    assert store.try_get("v1", "Pod", "default", "p") is None
+
+
+def test_dump_and_load_round_trip(store):
+    made = store.create(_cm("persisted", a="b"))
+    data = store.dump()
+    registry = Registry()
+    register_builtins(registry)
+    restored = Store(registry, SimClock())
+    manager = CrdManager(restored)
+    restored.load(data, manager.install)
+    again = restored.get("v1", "ConfigMap", "default", "persisted")
+    assert again["metadata"]["uid"] == made["metadata"]["uid"]
+    assert restored.resource_version == store.resource_version
+    assert restored.registry.by_kind("kueue.x-k8s.io/v1beta2", "ClusterQueue").is_crd
+
+
+def test_server_extension_points(store):
+    async def run():
+        server = KubeServer(store, token="t0k")
+        port = await server.start("127.0.0.1", 0)
+
+        async def hello(request):
+            return web.json_response({"name": request.match_info["name"]})
+
+        async def pod_log(request, namespace, name, rest):
+            return web.Response(text=f"log of {namespace}/{name}")
+
+        # routes and handlers may be added after the server started (controllers do)
+        server.add_route("GET", "/apis/visibility.example.com/v1/things/{name}", hello)
+        server.set_subresource_handler("v1", "Pod", "log", pod_log)
+        server.add_discovery_group("visibility.example.com", "v1", [
+            {"name": "things", "singularName": "thing", "namespaced": False, "kind": "Thing",
+             "verbs": ["get"]}])
+        store.create({"apiVersion": "v1", "kind": "Pod",
+                      "metadata": {"name": "p", "namespace": "default"},
+                      "spec": {"containers": [{"name": "c", "image": "i"}]}})
+        base = f"http://127.0.0.1:{port}"
+        headers = {"Authorization": "Bearer t0k"}
+        async with aiohttp.ClientSession(headers=headers) as session:
+            async with session.get(base + "/apis/visibility.example.com/v1/things/x") as r:
+                thing = (r.status, await r.json())
+            async with session.get(base + "/api/v1/namespaces/default/pods/p/log") as r:
+                log = (r.status, await r.text())
+            async with session.get(base + "/apis/visibility.example.com/v1") as r:
+                discovery = await r.json()
+            async with session.get(base + "/apis") as r:
+                groups = [g["name"] for g in (await r.json())["groups"]]
+            async with aiohttp.ClientSession() as anonymous, anonymous.get(
+                base + "/apis/visibility.example.com/v1/things/x"
+            ) as r:
+                unauthorized = r.status
+        await server.stop()
+        return thing, log, discovery, groups, unauthorized
+
+    thing, log, discovery, groups, unauthorized = asyncio.run(run())
+    assert thing == (200, {"name": "x"})
+    assert log == (200, "log of default/p")
+    assert discovery["resources"][0]["name"] == "things"
+    assert "visibility.example.com" in groups
+    assert unauthorized == 401
