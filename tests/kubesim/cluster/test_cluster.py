@@ -7,10 +7,11 @@ import json
 import subprocess
 
 import pytest
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from kubesim.testing import kubectl_path, wait_for
+from kubesim.testing import KubesimProcess, kubectl_path, wait_for
 
 pytestmark = pytest.mark.kubesim
 
@@ -529,3 +530,86 @@ def test_follow_streams_log_lines_until_the_container_ends(core, namespace):
     lines = [line.decode() for line in response.stream() if line]
     assert "".join(lines) == "one\ntwo\nthree\n"
     assert phase(core, namespace, "chatty") == "Succeeded"
+
+
+def test_on_failure_restarts_count_against_the_backoff_limit(core, batch, namespace):
+    manifest = job_manifest("flaky", "echo attempt; exit 1", backoff=2)
+    manifest["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    batch.create_namespaced_job(namespace, manifest)
+    failed = wait_for(lambda: job_condition(batch, namespace, "flaky", "Failed"), timeout=60)
+    assert failed.reason == "BackoffLimitExceeded"
+    backoff = [e for e in core.list_namespaced_event(namespace).items if e.reason == "BackOff"]
+    assert backoff
+    assert backoff[0].message.startswith("Back-off restarting failed container main in pod flaky-")
+    assert batch.read_namespaced_job("flaky", namespace).status.failed == 1
+
+
+def test_init_containers_run_before_the_main_container(core, namespace):
+    manifest = pod_manifest("with-init", ["sh", "-c", "echo main"])
+    manifest["spec"]["initContainers"] = [
+        {"name": "prepare", "image": "busybox", "command": ["sh", "-c", "echo preparing; sleep 5"]}
+    ]
+    core.create_namespaced_pod(namespace, manifest)
+    wait_for(lambda: phase(core, namespace, "with-init") == "Succeeded", timeout=15)
+    pod = core.read_namespaced_pod("with-init", namespace)
+    init = pod.status.init_container_statuses[0]
+    main = pod.status.container_statuses[0]
+    assert init.state.terminated.exit_code == 0
+    assert init.state.terminated.finished_at <= main.state.terminated.started_at
+    assert read_log(core, "with-init", namespace, container="prepare") == "preparing\n"
+    with pytest.raises(ApiException) as err:
+        core.read_namespaced_pod_log("with-init", namespace, container="nope")
+    assert err.value.status == 400
+
+
+def test_kubectl_sees_the_cluster(sim):
+    nodes = kubectl(sim, "get", "nodes", "-L", "nvidia.com/gpu.product")
+    assert "gpu-h100-mig-0" in nodes
+    assert "NVIDIA-A100-SXM4-40GB" in nodes
+    described = kubectl(sim, "describe", "node", "gpu-h100-mig-0")
+    assert "nvidia.com/mig-1g.10gb:" in described
+    assert "nvidia.com/gpu=present:NoSchedule" in described
+
+
+def test_a_custom_cluster_file(tmp_path):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        """
+pools:
+  - name: lab
+    count: 1
+    cpu: "16"
+    memory: 64Gi
+    gpu:
+      model: NVIDIA-A100-SXM4-40GB
+      count: 2
+      mig:
+        layout:
+          - gpus: 0
+            profiles: ["3g.20gb", "2g.10gb", "1g.5gb"]
+"""
+    )
+    with KubesimProcess(cluster=path, speed=100, workdir=tmp_path / "sim") as custom:
+        api = custom.api_client()
+        try:
+            nodes = client.CoreV1Api(api).list_node().items
+        finally:
+            api.close()
+    assert [n.metadata.name for n in nodes] == ["lab-0"]
+    allocatable = nodes[0].status.allocatable
+    assert allocatable["nvidia.com/gpu"] == "1"
+    assert allocatable["nvidia.com/mig-3g.20gb"] == "1"
+    assert allocatable["nvidia.com/mig-2g.10gb"] == "1"
+    assert allocatable["nvidia.com/mig-1g.5gb"] == "1"
+
+
+def test_an_invalid_cluster_file_stops_kubesim_with_the_reason(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "pools:\n  - name: x\n    gpu: {model: NVIDIA-H100-80GB-HBM3,\n"
+        "          mig: {layout: [{gpus: 0, profiles: {7g.80gb: 2}}]}}\n"
+    )
+    with pytest.raises(
+        RuntimeError, match=r"pools\[0\]\.gpu\.mig\.layout\[0\]\.profiles: .*14 compute slices"
+    ):
+        KubesimProcess(cluster=path, workdir=tmp_path / "sim").start()
