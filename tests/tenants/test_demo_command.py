@@ -97,3 +97,44 @@ def test_manage_py_demo_serves_until_interrupted(tmp_path: Path):
     assert "Demo stopped." in output
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0  # runserver is gone
+
+
+def test_children_start_in_order_each_once_the_previous_is_ready(tmp_path):
+    marker = tmp_path / "first-ready"
+    first = Child(
+        "first",
+        [
+            sys.executable,
+            "-c",
+            f"import time; time.sleep(0.5); open({str(marker)!r}, 'w'); time.sleep(120)",
+        ],
+        ready=marker.exists,
+    )
+    second_started_after_first_ready = []
+
+    class Second(Child):
+        def start(self) -> None:
+            second_started_after_first_ready.append(marker.exists())
+            super().start()
+
+    second = Second("second", SLEEPER)
+    announced = []
+    timer = threading.Timer(3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        code = supervise([first, second], out=io.StringIO(), on_ready=lambda: announced.append(1))
+    finally:
+        timer.cancel()
+    assert code == 0
+    assert second_started_after_first_ready == [True]
+    assert announced == [1]
+
+
+def test_a_child_that_never_gets_ready_stops_the_demo():
+    never = Child("never", SLEEPER, ready=lambda: False, ready_timeout=0.5)
+    after = Child("after", SLEEPER)
+    out = io.StringIO()
+    assert supervise([never, after], out=out) == 1
+    assert "never was not ready after 0.5 s; stopping the demo." in out.getvalue()
+    assert after.process is None  # never started
+    assert never.process.poll() is not None

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,11 +26,17 @@ STOP_TIMEOUT_SECONDS = 10
 
 @dataclass
 class Child:
-    """A process the demo supervises."""
+    """A process the demo supervises.
+
+    ``ready`` (optional) answers whether the process is ready to serve; the next child starts
+    only once it is (e.g. the worker after kubesim), within ``ready_timeout`` seconds.
+    """
 
     name: str
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    ready: Callable[[], bool] | None = None
+    ready_timeout: float = 60.0
     process: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -57,16 +65,52 @@ class Child:
             self.process.wait()
 
 
+def port_open(addr: str) -> Callable[[], bool]:
+    """A readiness check: something accepts TCP connections on host:port."""
+    host, _, port = addr.rpartition(":")
+
+    def check() -> bool:
+        with socket.socket() as sock:
+            sock.settimeout(0.5)
+            return sock.connect_ex((host or "127.0.0.1", int(port))) == 0
+
+    return check
+
+
 def demo_children(*, addr: str) -> list[Child]:
     """The demo's long-running processes, started in this order and stopped in reverse."""
     manage = str(Path(settings.BASE_DIR) / "manage.py")
     return [
-        Child("web", [sys.executable, manage, "runserver", "--noreload", addr]),
+        Child(
+            "web",
+            [sys.executable, manage, "runserver", "--noreload", addr],
+            ready=port_open(addr),
+        ),
     ]
 
 
-def supervise(children: list[Child], *, out) -> int:
-    """Start the children and wait; stop them all on a signal or when one exits. Exit code."""
+def _wait_ready(child: Child, stop_requested: list) -> str | None:
+    """None once the child is ready; otherwise why it is not."""
+    if child.ready is None:
+        return None
+    deadline = time.monotonic() + child.ready_timeout
+    while not stop_requested:
+        if child.poll() is not None:
+            return f"{child.name} exited with code {child.poll()} while starting"
+        if child.ready():
+            return None
+        if time.monotonic() > deadline:
+            return f"{child.name} was not ready after {child.ready_timeout:g} s"
+        time.sleep(0.2)
+    return None
+
+
+def supervise(children: list[Child], *, out, on_ready: Callable[[], None] | None = None) -> int:
+    """Start the children in order, each once the previous is ready, and wait.
+
+    Stops them all (in reverse order) on Ctrl-C / SIGTERM or when one exits; returns the exit
+    code (0 after a requested stop). ``on_ready`` runs once every child is ready.
+    """
     stop_requested = []
 
     def request_stop(signum, frame) -> None:
@@ -76,7 +120,15 @@ def supervise(children: list[Child], *, out) -> int:
     exit_code = 0
     try:
         for child in children:
+            if stop_requested:
+                break
             child.start()
+            problem = _wait_ready(child, stop_requested)
+            if problem:
+                out.write(f"{problem}; stopping the demo.")
+                return 1
+        if on_ready is not None and not stop_requested:
+            on_ready()
         while not stop_requested:
             exited = [(child, child.poll()) for child in children if child.poll() is not None]
             if exited:
@@ -113,12 +165,16 @@ class Command(BaseCommand):
         call_command("seed_demo", stdout=self.stdout)
         if no_serve:
             return
-        self.stdout.write(
-            f"\nGPU Portal: http://{addr}/  (admin console: http://{addr}/admin/)\n"
-            "Press Ctrl-C to stop.\n"
-        )
-        self.stdout.flush()
-        code = supervise(demo_children(addr=addr), out=self.stdout)
+
+        def announce() -> None:
+            self.stdout.write(
+                f"\nGPU Portal is ready: http://{addr}/  (admin console: http://{addr}/admin/)\n"
+                "Press Ctrl-C to stop.\n"
+            )
+            self.stdout.flush()
+
+        self.stdout.write("Starting the demo processes…")
+        code = supervise(demo_children(addr=addr), out=self.stdout, on_ready=announce)
         if code:
             raise CommandError(f"the demo stopped because a process failed (exit code {code})")
         self.stdout.write("Demo stopped.")
