@@ -22,6 +22,7 @@ import orjson
 from kubesim.api import apply as ssa
 from kubesim.api import builtin_validation, conversion, errors, selectors
 from kubesim.api import patch as patches
+from kubesim.api.patch import PatchError
 from kubesim.api.registry import Registry, ResourceType, split_api_version
 from kubesim.api.watch import Subscription, Watcher, WatchEvent
 from kubesim.clock import SimClock, rfc3339
@@ -69,10 +70,6 @@ def _content(obj: dict) -> dict:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
 
-def _without(meta: dict, *keys: str) -> dict:
-    return {k: v for k, v in meta.items() if k not in keys}
-
-
 class Store:
     def __init__(self, registry: Registry, clock: SimClock, *, history_size: int = DEFAULT_HISTORY):
         self.registry = registry
@@ -91,6 +88,7 @@ class Store:
         # pods bound to a node are deleted gracefully when a kubelet runs (it finishes the deletion)
         self.graceful_pod_deletion = False
         self.warnings: list[str] = []
+        self._list_map_key_cache: dict[tuple[int, str], tuple] = {}
         self.dirty = False
 
     # ---------------------------------------------------------------- basics
@@ -263,6 +261,16 @@ class Store:
     def add_write_listener(self, listener: WriteListener) -> None:
         """listener(event_type, rtype, stored_obj, old) after every committed write."""
         self._write_listeners.append(listener)
+
+    def _list_map_keys(self, rtype: ResourceType, version: str):
+        """How server-side apply merges the lists of a CRD version (None: built-in tables)."""
+        if not rtype.is_crd:
+            return None
+        cached = self._list_map_key_cache.get((id(rtype), version))
+        if cached is None or cached[0] is not rtype:
+            cached = (rtype, ssa.schema_list_map_keys(rtype.openapi_schemas.get(version)))
+            self._list_map_key_cache[(id(rtype), version)] = cached
+        return cached[1]
 
     # ---------------------------------------------------------------- admission
     def _validate_name(self, rtype: ResourceType, name: str, causes: list[dict]) -> None:
@@ -466,9 +474,18 @@ class Store:
         if managed_fields is not None:
             meta["managedFields"] = managed_fields
         elif field_manager:
-            meta["managedFields"] = ssa.update_managed_fields(
-                None, obj, manager=field_manager, operation="Update", now=meta["creationTimestamp"]
+            managed = ssa.update_managed_fields(
+                None,
+                obj,
+                manager=field_manager,
+                operation="Update",
+                now=meta["creationTimestamp"],
+                list_map_keys=self._list_map_keys(rtype, rtype.storage_version),
             )
+            if managed:
+                meta["managedFields"] = managed
+            else:
+                meta.pop("managedFields", None)
         if dry_run:
             return deep_copy(self.render(rtype, obj, request_version))
         meta["resourceVersion"] = self._next_rv()
@@ -600,17 +617,20 @@ class Store:
             if manager is None and "managedFields" in old_meta:
                 manager = "unknown"
             if manager is not None:
-                meta["managedFields"] = ssa.update_managed_fields(
+                managed = ssa.update_managed_fields(
                     old,
                     new,
                     manager=manager,
                     operation=operation,
                     now=self.now(),
                     subresource=subresource,
+                    list_map_keys=self._list_map_keys(rtype, rtype.storage_version),
                 )
-        if _without(meta, "managedFields") == _without(old_meta, "managedFields") and {
-            k: v for k, v in new.items() if k != "metadata"
-        } == {k: v for k, v in old.items() if k != "metadata"}:
+                if managed:
+                    meta["managedFields"] = managed
+                else:
+                    meta.pop("managedFields", None)
+        if ssa.semantically_equal(new, old):
             return old  # no-op: nothing stored, no new resourceVersion (as the real server)
         if dry_run:
             return new
@@ -681,9 +701,13 @@ class Store:
                     force=force,
                     now=self.now(),
                     subresource=subresource,
+                    list_map_keys=self._list_map_keys(rtype, version),
+                    reset_fields=("status",) if rtype.has_status and not subresource else (),
                 )
             except ssa.ApplyConflict as exc:
-                raise _apply_conflict(rtype, name, exc, version) from None
+                raise _apply_conflict(rtype, name, exc) from None
+            except PatchError as exc:
+                raise errors.ApiError(exc.code, exc.reason, exc.message) from None
             managed = merged.get("metadata", {}).get("managedFields")
             if old is None:
                 if subresource:
@@ -722,17 +746,8 @@ class Store:
                 patched = patches.strategic_merge_patch(original, patch)
             else:
                 raise errors.bad_request(f"unknown patch type {patch_type!r}")
-        except errors.ApiError:
-            raise
-        except Exception as exc:  # the patch modules raise ValueError & co on a bad patch
-            code_reason = getattr(exc, "code", None)
-            if patch_type == "json" and code_reason is None:
-                raise errors.ApiError(
-                    422,
-                    errors.REASON_INVALID,
-                    f"the server rejected our request due to an error in our request: {exc}",
-                ) from None
-            raise errors.bad_request(f"error applying patch: {exc}") from None
+        except PatchError as exc:
+            raise errors.ApiError(exc.code, exc.reason, exc.message) from None
         if not isinstance(patched, dict):
             raise errors.bad_request("the patch did not produce an object")
         patched["apiVersion"] = original["apiVersion"]
@@ -1094,19 +1109,11 @@ class Store:
         self.dirty = False
 
 
-def _apply_conflict(rtype: ResourceType, name: str, exc, version: str) -> errors.ApiError:
-    conflicts = list(getattr(exc, "conflicts", []) or [])
-    causes = [
-        {"reason": "FieldManagerConflict", "message": f'conflict with "{manager}"', "field": field}
-        for manager, field in conflicts
-    ]
-    lines = [f'conflict with "{manager}": {field}' for manager, field in conflicts]
-    noun = "conflict" if len(conflicts) == 1 else "conflicts"
-    message = f"Apply failed with {len(conflicts)} {noun}: " + "\n".join(lines)
-    details: dict = {"name": name, "kind": rtype.plural, "causes": causes}
+def _apply_conflict(rtype: ResourceType, name: str, exc: ssa.ApplyConflict) -> errors.ApiError:
+    details: dict = {"name": name, "kind": rtype.plural, "causes": exc.causes()}
     if rtype.group:
         details["group"] = rtype.group
-    return errors.ApiError(409, errors.REASON_CONFLICT, message, details=details)
+    return errors.ApiError(409, errors.REASON_CONFLICT, exc.message(), details=details)
 
 
 def _qos_class(spec: dict) -> str:
