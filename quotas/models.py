@@ -130,6 +130,11 @@ class GpuPool(models.Model):
         errors: dict[str, list[str]] = {}
         if self.gpu_model:
             self.gpu_model = mig.normalise_model(self.gpu_model)
+        # A cleared JSON field in a form arrives as None; the columns are not nullable.
+        if self.node_labels is None:
+            self.node_labels = {}
+        if self.mig_profiles is None:
+            self.mig_profiles = []
         # Shape errors of mig_profiles are reported by its field validator; check names only
         # when it is a list of distinct strings.
         try:

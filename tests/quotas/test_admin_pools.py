@@ -28,6 +28,13 @@ def _pool_post(**overrides) -> dict[str, str]:
     return data
 
 
+def test_add_pool_with_node_labels_left_empty_selects_by_product(org, staff_client):
+    response = staff_client.post("/admin/quotas/gpupool/add/", _pool_post(node_labels=""))
+    assert response.status_code == 302
+    pool = GpuPool.objects.get(slug="a100b")
+    assert pool.node_labels == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
+
+
 def test_add_pool_normalises_the_model_and_parses_profiles(org, staff_client):
     response = staff_client.post(
         "/admin/quotas/gpupool/add/", _pool_post(mig_profiles="3g.20gb, 1g.5gb  2g.10gb")
