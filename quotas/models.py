@@ -130,6 +130,11 @@ class GpuPool(models.Model):
         errors: dict[str, list[str]] = {}
         if self.gpu_model:
             self.gpu_model = mig.normalise_model(self.gpu_model)
+            limit = self._meta.get_field("gpu_model").max_length
+            if len(self.gpu_model) > limit:
+                raise ValidationError(
+                    {"gpu_model": [f"The GPU model name may have at most {limit} characters."]}
+                )
         # A cleared JSON field in a form arrives as None; the columns are not nullable.
         if self.node_labels is None:
             self.node_labels = {}

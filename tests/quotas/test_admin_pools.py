@@ -69,6 +69,7 @@ def test_add_pool_normalises_the_model_and_parses_profiles(org, staff_client):
         ({"slug": "A100"}, "DNS-1123 label"),
         ({"slug": "h100"}, "Gpu pool with this Slug already exists."),
         ({"gpu_model": ""}, "This field is required."),
+        ({"gpu_model": "A100-" + "x" * 94}, "at most 100 characters"),
     ],
 )
 def test_add_pool_with_bad_input_gets_a_field_error(org, staff_client, overrides, fragment):

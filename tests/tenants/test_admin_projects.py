@@ -281,3 +281,21 @@ def test_saving_quotas_that_over_subscribe_a_pool_warns(demo, staff_client):
     assert ProjectQuota.objects.filter(
         project__slug="robotics"
     ).exists()  # a warning, not a refusal
+
+
+def test_the_same_member_twice_is_refused(demo, staff_client, django_user_model):
+    department = Department.objects.get(slug="research")
+    user = django_user_model.objects.get(username="nlp-viewer")
+    data = _project_post(department, memberships=[(user, "admin"), (user, "viewer")])
+    _assert_refused(staff_client.post("/admin/tenants/project/add/", data), "duplicate")
+    assert not Project.objects.filter(slug="robotics").exists()
+
+
+def test_an_unknown_role_is_refused(demo, staff_client, django_user_model):
+    department = Department.objects.get(slug="research")
+    user = django_user_model.objects.get(username="nlp-viewer")
+    data = _project_post(department, memberships=[(user, "owner")])
+    _assert_refused(
+        staff_client.post("/admin/tenants/project/add/", data),
+        "Select a valid choice. owner is not one of the available choices.",
+    )
