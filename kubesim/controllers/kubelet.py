@@ -20,6 +20,7 @@ import contextlib
 import datetime
 import hashlib
 import json
+import traceback
 import zlib
 from dataclasses import dataclass, field
 
@@ -505,6 +506,8 @@ class PodRunner:
             await self._run()
         except asyncio.CancelledError:
             raise
+        except Exception:  # keep the kubelet alive; the pod stays as last reported
+            traceback.print_exc()
         finally:
             self.kubelet.devices.release(self.node, self.namespace, self.name)
             self.finished = True
@@ -916,7 +919,10 @@ class Kubelet:
         while True:
             for spec in self.cluster.nodes:
                 if spec.name not in self.not_ready:
-                    self.renew_lease(spec.name)
+                    try:
+                        self.renew_lease(spec.name)
+                    except Exception:
+                        traceback.print_exc()
             if self.clock.time() - last_status >= status_every:
                 last_status = self.clock.time()
                 for spec in self.cluster.nodes:

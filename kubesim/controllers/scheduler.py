@@ -13,6 +13,7 @@ placed in one step sees its own earlier members.
 from __future__ import annotations
 
 import asyncio
+import traceback
 import weakref
 from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
@@ -555,7 +556,12 @@ class DefaultScheduler:
             self.wake.clear()
             # Let a burst of pod events land before one pass over the queue.
             await asyncio.sleep(0.01)
-            self.schedule_once()
+            try:
+                self.schedule_once()
+            except Exception:  # one bad pod must not stop scheduling
+                traceback.print_exc()
+                self.wake.set()
+                await asyncio.sleep(1.0)
 
 
 def start(ctx) -> None:
