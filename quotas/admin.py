@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.db.models import IntegerField, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
@@ -72,6 +73,16 @@ def _subscription_text(subscription: arithmetic.PoolSubscription) -> str:
     return text
 
 
+class PoolChangeList(ChangeList):
+    """Computes every listed pool's subscription in one query, not one per row."""
+
+    def get_results(self, request) -> None:
+        super().get_results(request)
+        subscriptions = pool_subscriptions(pools=self.result_list)
+        for pool in self.result_list:
+            pool.subscription = subscriptions[pool.pk]
+
+
 @admin.register(GpuPool)
 class GpuPoolAdmin(admin.ModelAdmin):
     form = GpuPoolForm
@@ -81,7 +92,7 @@ class GpuPoolAdmin(admin.ModelAdmin):
         "gpu_model",
         "capacity",
         "mig_profile_list",
-        "subscription",
+        "subscription_summary",
     )
     search_fields = ("slug", "name", "gpu_model")
     fieldsets = (
@@ -95,13 +106,16 @@ class GpuPoolAdmin(admin.ModelAdmin):
         # The slug names the Kueue ResourceFlavor; renaming a live pool would orphan it.
         return ("slug",) if obj is not None else ()
 
+    def get_changelist(self, request, **kwargs):
+        return PoolChangeList
+
     def changelist_view(self, request: HttpRequest, extra_context=None):
         response = super().changelist_view(request, extra_context)
         changelist = getattr(response, "context_data", {}).get("cl")
         if changelist is not None:
-            for subscription in pool_subscriptions(pools=changelist.result_list).values():
-                if subscription.message:
-                    messages.warning(request, subscription.message)
+            for pool in changelist.result_list:
+                if pool.subscription.message:
+                    messages.warning(request, pool.subscription.message)
         return response
 
     def change_view(self, request: HttpRequest, object_id, form_url="", extra_context=None):
@@ -124,9 +138,8 @@ class GpuPoolAdmin(admin.ModelAdmin):
         return ", ".join(pool.mig_profiles) or "—"
 
     @admin.display(description="Guaranteed by quotas")
-    def subscription(self, pool: GpuPool) -> str:
-        subscription = pool_subscriptions(pools=[pool])[pool.pk]
-        return _subscription_text(subscription)
+    def subscription_summary(self, pool: GpuPool) -> str:
+        return _subscription_text(pool.subscription)
 
 
 def _cohort_nominal_subquery():

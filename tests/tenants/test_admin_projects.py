@@ -299,3 +299,39 @@ def test_an_unknown_role_is_refused(demo, staff_client, django_user_model):
         staff_client.post("/admin/tenants/project/add/", data),
         "Select a valid choice. owner is not one of the available choices.",
     )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/tenants/project/",
+        "/admin/tenants/department/",
+        "/admin/quotas/gpupool/",
+        "/admin/quotas/projectquota/",
+        "/admin/quotas/departmentquota/",
+    ],
+)
+def test_admin_lists_take_the_same_number_of_queries_for_more_rows(demo, staff_client, url):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from quotas import services
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert staff_client.get(url).status_code == 200
+        return len(captured)
+
+    before = queries()
+    a100 = GpuPool.objects.get(slug="a100")
+    for i in range(5):
+        department = Department.objects.create(slug=f"extra-{i}", name=f"Extra {i}")
+        project = Project.objects.create(
+            slug=f"extra-{i}", name=f"Extra {i}", department=department
+        )
+        services.quota_set(actor=None, project=project, pool=a100, nominal=0)
+        services.department_quota_set(actor=None, department=department, pool=a100, limit=1)
+        services.pool_create(
+            actor=None, slug=f"extra-{i}", name="x", gpu_model="NVIDIA-A30", node_count=1
+        )
+    assert queries() == before
