@@ -239,7 +239,7 @@ class PodRunner:
         self.started_at = self.clock.time()
         self.pod_ip = ""
         self.stop = asyncio.Event()
-        self.stop_reason = ""  # "delete" | "fail" | "nodelost"
+        self.stop_reason = ""  # "delete" | "fail" | "nodelost" | "deadline"
         self.fail_exit_code = 1
         self.fail_reason = "Error"
         self.fail_message = ""
@@ -453,7 +453,10 @@ class PodRunner:
         if self.pod_ip:
             status["podIP"] = self.pod_ip
             status["podIPs"] = [{"ip": self.pod_ip}]
-        if (
+        if self.phase == "Failed" and self.stop_reason == "deadline":
+            status["reason"] = "DeadlineExceeded"
+            status["message"] = "Pod was active on the node longer than the specified deadline"
+        elif (
             self.phase == "Failed"
             and self.stop_reason == "fail"
             and self.fail_reason not in ("Error",)
@@ -550,6 +553,12 @@ class PodRunner:
         self._annotate_devices()
         if not self.publish():
             return
+        deadline = spec.get("activeDeadlineSeconds")
+        if deadline is not None:
+            remaining = self.started_at + float(deadline) - self.clock.time()
+            asyncio.get_running_loop().call_later(
+                max(0.0, remaining) / self.clock.speed, self.request_stop, "deadline"
+            )
         # Sandbox and network: the pod gets its IP.
         if await self.wait(0.5):
             return await self._stopped()
@@ -682,7 +691,7 @@ class PodRunner:
         for group in (self.init_containers, self.containers):
             for run in group.values():
                 if (
-                    self.stop_reason == "delete"
+                    self.stop_reason in ("delete", "deadline")
                     and run.attempts
                     and run.attempts[-1].finished is None
                 ):

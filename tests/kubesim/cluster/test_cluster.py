@@ -613,3 +613,19 @@ def test_an_invalid_cluster_file_stops_kubesim_with_the_reason(tmp_path):
         RuntimeError, match=r"pools\[0\]\.gpu\.mig\.layout\[0\]\.profiles: .*14 compute slices"
     ):
         KubesimProcess(cluster=path, workdir=tmp_path / "sim").start()
+
+
+def test_pod_active_deadline_and_log_windows(core, namespace):
+    manifest = pod_manifest("bounded", ["sh", "-c", "echo a; sleep 50; echo b; sleep 100000"])
+    manifest["spec"]["activeDeadlineSeconds"] = 200
+    core.create_namespaced_pod(namespace, manifest)
+    wait_for(lambda: phase(core, namespace, "bounded") == "Failed", timeout=15)
+    pod = core.read_namespaced_pod("bounded", namespace)
+    assert pod.status.reason == "DeadlineExceeded"
+    assert pod.status.message == "Pod was active on the node longer than the specified deadline"
+    assert pod.status.container_statuses[0].state.terminated.exit_code == 137
+    assert read_log(core, "bounded", namespace) == "a\nb\n"
+    assert read_log(core, "bounded", namespace, limit_bytes=1) == "a"
+    # "b" was written 50 simulated seconds after "a", about 150 s before the end
+    assert read_log(core, "bounded", namespace, since_seconds=100000) == "a\nb\n"
+    assert read_log(core, "bounded", namespace, since_seconds=1) == ""
