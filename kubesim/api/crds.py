@@ -4,6 +4,7 @@ built-in (schema-less) definitions of the Kueue, Volcano and KAI kinds used with
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from kubesim.api.schema import CompiledSchema
 # libyaml's loader parses the 1.4 MB Workload CRD about ten times faster than the pure-Python one
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 CRD_API_VERSION = "apiextensions.k8s.io/v1"
+log = logging.getLogger("kubesim.crds")
 CRD_KIND = "CustomResourceDefinition"
 
 # Compiling the Workload schema takes a while; identical schemas (same CRD applied twice, a CRD
@@ -29,6 +31,8 @@ def compile_schema(schema: dict) -> CompiledSchema:
     compiled = _schema_cache.get(digest)
     if compiled is None:
         compiled = _schema_cache[digest] = CompiledSchema(schema)
+        for rule in compiled.unsupported_rules:
+            log.warning("CEL rule not evaluated (the CEL library cannot compile it): %s", rule)
     return compiled
 
 

@@ -340,8 +340,9 @@ class KubeServer:
         if "protobuf" in content_type or "cbor" in content_type:
             # kubesim speaks JSON only (as for CRDs on a real server); clients fall back on 415
             raise errors.ApiError(
-                415, errors.REASON_UNSUPPORTED_MEDIA_TYPE,
-                f'the body of the request was in an unknown format - accepted media types '
+                415,
+                errors.REASON_UNSUPPORTED_MEDIA_TYPE,
+                f"the body of the request was in an unknown format - accepted media types "
                 f'include: application/json, application/yaml (got "{content_type}")',
             )
         try:

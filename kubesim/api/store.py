@@ -353,8 +353,15 @@ class Store:
         for listener in self._write_listeners:
             listener(event_type, rtype, obj, old)
 
-    def _index_labels(self, key: tuple[str, str], namespace: str, name: str,
-                      labels: dict | None, *, remove: bool = False) -> None:
+    def _index_labels(
+        self,
+        key: tuple[str, str],
+        namespace: str,
+        name: str,
+        labels: dict | None,
+        *,
+        remove: bool = False,
+    ) -> None:
         if not labels:
             return
         index = self._labels.setdefault(key, {})
@@ -869,8 +876,9 @@ class Store:
         if not bucket:
             del self._data[rtype.key][namespace]
         self._index_owners(rtype, old, remove=True)
-        self._index_labels(rtype.key, namespace, meta["name"], old["metadata"].get("labels"),
-                           remove=True)
+        self._index_labels(
+            rtype.key, namespace, meta["name"], old["metadata"].get("labels"), remove=True
+        )
         gone = dict(final)
         gone["metadata"] = dict(meta)
         gone["metadata"]["resourceVersion"] = self._next_rv()
@@ -891,11 +899,13 @@ class Store:
         if "foregroundDeletion" in finalizers and not self._owner_index.get(meta["uid"]):
             finalizers.remove("foregroundDeletion")
             return self._drop_finalizers(rtype, obj, finalizers)
-        if (rtype.group, rtype.kind) == ("", "Namespace"):
-            if not self._namespace_has_content(meta["name"]):
-                spec = obj.get("spec") or {}
-                if not finalizers and "kubernetes" in (spec.get("finalizers") or []):
-                    return self._remove(rtype, obj, obj)
+        if (
+            (rtype.group, rtype.kind) == ("", "Namespace")
+            and not finalizers
+            and not self._namespace_has_content(meta["name"])
+        ):
+            # the namespace controller's "kubernetes" spec finalizer is done: contents are gone
+            return self._remove(rtype, obj, obj)
         return obj
 
     def _drop_finalizers(self, rtype: ResourceType, obj: dict, finalizers: list) -> dict:

@@ -100,15 +100,14 @@ def jsonpath(obj, path: str) -> list:
                         nxt.extend(node)
                     elif int(index) < len(node):
                         nxt.append(node[int(index)])
-            else:
-                if isinstance(node, list):
-                    for item in node:
-                        value = item
-                        for part in filter_key.split("."):
-                            value = value.get(part) if isinstance(value, dict) else None
-                        if (str(value) == filter_value) == (filter_op == "=="):
-                            if value is not None or filter_op == "!=":
-                                nxt.append(item)
+            elif isinstance(node, list):
+                for item in node:
+                    value = item
+                    for part in filter_key.split("."):
+                        value = value.get(part) if isinstance(value, dict) else None
+                    matched = (str(value) == filter_value) == (filter_op == "==")
+                    if matched and (value is not None or filter_op == "!="):
+                        nxt.append(item)
         nodes = nxt
     return nodes
 

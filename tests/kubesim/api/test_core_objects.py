@@ -23,7 +23,9 @@ def _pod(name: str, **spec) -> dict:
 def test_create_sets_server_metadata(core, namespace):
     pod = core.create_namespaced_pod(namespace, _pod("p1"))
     meta = pod.metadata
-    assert meta.uid and meta.resource_version and meta.creation_timestamp
+    assert meta.uid
+    assert meta.resource_version
+    assert meta.creation_timestamp
     assert meta.namespace == namespace
     assert pod.status.phase == "Pending"
     assert pod.status.qos_class == "BestEffort"
@@ -36,12 +38,14 @@ def test_resource_version_is_one_global_counter(core, namespace):
     b = core.create_namespaced_secret(namespace, {"metadata": {"name": "b"}})
     c = core.create_namespaced_config_map(namespace, {"metadata": {"name": "c"}})
     rvs = [int(o.metadata.resource_version) for o in (a, b, c)]
-    assert rvs == sorted(rvs) and len(set(rvs)) == 3
+    assert rvs == sorted(rvs)
+    assert len(set(rvs)) == 3
 
 
 def test_generate_name_and_dry_run(core, namespace):
     made = core.create_namespaced_config_map(namespace, {"metadata": {"generateName": "cm-"}})
-    assert made.metadata.name.startswith("cm-") and len(made.metadata.name) == 8
+    assert made.metadata.name.startswith("cm-")
+    assert len(made.metadata.name) == 8
     dry = core.create_namespaced_config_map(
         namespace, {"metadata": {"name": "ghost"}}, dry_run="All"
     )
@@ -60,19 +64,22 @@ def test_errors_are_status_objects_with_reasons(core, namespace):
     import json
 
     body = json.loads(excinfo.value.body)
-    assert body["kind"] == "Status" and body["reason"] == "AlreadyExists"
+    assert body["kind"] == "Status"
+    assert body["reason"] == "AlreadyExists"
     assert body["message"] == 'configmaps "dup" already exists'
 
     with pytest.raises(ApiException) as excinfo:
         core.read_namespaced_config_map("missing", namespace)
     body = json.loads(excinfo.value.body)
-    assert excinfo.value.status == 404 and body["reason"] == "NotFound"
+    assert excinfo.value.status == 404
+    assert body["reason"] == "NotFound"
     assert body["message"] == 'configmaps "missing" not found'
 
     with pytest.raises(ApiException) as excinfo:
         core.create_namespaced_config_map(namespace, {"metadata": {"name": "Bad_Name"}})
     body = json.loads(excinfo.value.body)
-    assert excinfo.value.status == 422 and body["reason"] == "Invalid"
+    assert excinfo.value.status == 422
+    assert body["reason"] == "Invalid"
     assert body["details"]["causes"][0]["field"] == "metadata.name"
     assert 'ConfigMap "Bad_Name" is invalid: metadata.name' in body["message"]
 
@@ -206,7 +213,8 @@ def test_list_selectors_and_pagination(core, namespace):
 
     first = core.list_namespaced_config_map(namespace, limit=2)
     assert [o.metadata.name for o in first.items] == ["cm0", "cm1"]
-    assert first.metadata._continue and first.metadata.remaining_item_count == 3
+    assert first.metadata._continue
+    assert first.metadata.remaining_item_count == 3
     second = core.list_namespaced_config_map(namespace, limit=2, _continue=first.metadata._continue)
     assert [o.metadata.name for o in second.items] == ["cm2", "cm3"]
     third = core.list_namespaced_config_map(namespace, limit=2, _continue=second.metadata._continue)

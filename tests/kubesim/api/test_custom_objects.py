@@ -13,16 +13,26 @@ KUEUE = "kueue.x-k8s.io"
 def _cq(name: str, quota="9", cohort: str | None = None) -> dict:
     spec: dict = {
         "namespaceSelector": {},
-        "resourceGroups": [{
-            "coveredResources": ["cpu"],
-            "flavors": [{"name": "default-flavor",
-                         "resources": [{"name": "cpu", "nominalQuota": quota}]}],
-        }],
+        "resourceGroups": [
+            {
+                "coveredResources": ["cpu"],
+                "flavors": [
+                    {
+                        "name": "default-flavor",
+                        "resources": [{"name": "cpu", "nominalQuota": quota}],
+                    }
+                ],
+            }
+        ],
     }
     if cohort:
         spec["cohortName"] = cohort
-    return {"apiVersion": f"{KUEUE}/v1beta2", "kind": "ClusterQueue",
-            "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": f"{KUEUE}/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def _name(prefix: str) -> str:
@@ -31,8 +41,9 @@ def _name(prefix: str) -> str:
 
 def test_cluster_queue_defaults_and_v1beta1_view(custom):
     name = _name("cq")
-    created = custom.create_cluster_custom_object(KUEUE, "v1beta2", "clusterqueues",
-                                                  _cq(name, cohort="team"))
+    created = custom.create_cluster_custom_object(
+        KUEUE, "v1beta2", "clusterqueues", _cq(name, cohort="team")
+    )
     # defaults from the CRD schema are applied
     assert created["spec"]["queueingStrategy"] == "BestEffortFIFO"
     assert created["metadata"]["generation"] == 1
@@ -51,8 +62,9 @@ def test_cluster_queue_defaults_and_v1beta1_view(custom):
 @pytest.mark.parametrize("quota", ["abc", "1.5.5", {"x": 1}])
 def test_invalid_cluster_queue_is_422_naming_the_field(custom, quota):
     with pytest.raises(ApiException) as excinfo:
-        custom.create_cluster_custom_object(KUEUE, "v1beta2", "clusterqueues",
-                                            _cq(_name("bad"), quota=quota))
+        custom.create_cluster_custom_object(
+            KUEUE, "v1beta2", "clusterqueues", _cq(_name("bad"), quota=quota)
+        )
     assert excinfo.value.status == 422
     body = json.loads(excinfo.value.body)
     assert body["reason"] == "Invalid"
@@ -77,7 +89,8 @@ def test_unknown_fields_are_pruned_or_rejected_when_strict(custom, kubesim_api):
     assert "notAField" not in created["spec"]
     body["metadata"]["name"] = _name("strict")
     status, answer = kubesim_api.request(
-        "POST", f"/apis/{KUEUE}/v1beta2/clusterqueues?fieldValidation=Strict", body)
+        "POST", f"/apis/{KUEUE}/v1beta2/clusterqueues?fieldValidation=Strict", body
+    )
     assert status == 400
     assert answer["message"] == 'strict decoding error: unknown field "spec.notAField"'
 
@@ -86,53 +99,104 @@ def test_status_subresource_for_custom_objects(custom):
     name = _name("st")
     custom.create_cluster_custom_object(KUEUE, "v1beta2", "clusterqueues", _cq(name))
     patched = custom.patch_cluster_custom_object_status(
-        KUEUE, "v1beta2", "clusterqueues", name, {"status": {"pendingWorkloads": 3}})
+        KUEUE, "v1beta2", "clusterqueues", name, {"status": {"pendingWorkloads": 3}}
+    )
     assert patched["status"]["pendingWorkloads"] == 3
     assert patched["metadata"]["generation"] == 1
     # status in a main-resource patch is ignored
     main = custom.patch_cluster_custom_object(
-        KUEUE, "v1beta2", "clusterqueues", name, {"status": {"pendingWorkloads": 99},
-                                                 "spec": {"cohortName": "x"}})
+        KUEUE,
+        "v1beta2",
+        "clusterqueues",
+        name,
+        {"status": {"pendingWorkloads": 99}, "spec": {"cohortName": "x"}},
+    )
     assert main["status"]["pendingWorkloads"] == 3
     assert main["metadata"]["generation"] == 2
 
 
 def test_strategic_merge_patch_on_a_custom_object_is_415(kubesim_api):
     status, body = kubesim_api.request(
-        "PATCH", f"/apis/{KUEUE}/v1beta2/clusterqueues/whatever", {"spec": {}},
-        headers={"Content-Type": "application/strategic-merge-patch+json"})
+        "PATCH",
+        f"/apis/{KUEUE}/v1beta2/clusterqueues/whatever",
+        {"spec": {}},
+        headers={"Content-Type": "application/strategic-merge-patch+json"},
+    )
     assert status == 415
     assert body["reason"] == "UnsupportedMediaType"
 
 
 def _workload(name: str, cq: str | None, labels: dict) -> dict:
     return {
-        "apiVersion": f"{KUEUE}/v1beta2", "kind": "Workload",
+        "apiVersion": f"{KUEUE}/v1beta2",
+        "kind": "Workload",
         "metadata": {"name": name, "labels": labels},
-        "spec": {"queueName": "user-queue", "podSets": [{
-            "name": "main", "count": 1,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [
-                {"name": "c", "image": "busybox",
-                 "resources": {"requests": {"cpu": "1"}}}]}}}]},
+        "spec": {
+            "queueName": "user-queue",
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": 1,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [
+                                {
+                                    "name": "c",
+                                    "image": "busybox",
+                                    "resources": {"requests": {"cpu": "1"}},
+                                }
+                            ],
+                        }
+                    },
+                }
+            ],
+        },
     }
 
 
 def test_workload_selectable_field_and_label_selectors(custom, namespace):
     for i, cq in enumerate(["cq-a", "cq-b", "cq-a"]):
         custom.create_namespaced_custom_object(
-            KUEUE, "v1beta2", namespace, "workloads",
-            _workload(f"wl{i}", cq, {"team": "red" if i < 2 else "blue"}))
+            KUEUE,
+            "v1beta2",
+            namespace,
+            "workloads",
+            _workload(f"wl{i}", cq, {"team": "red" if i < 2 else "blue"}),
+        )
         custom.patch_namespaced_custom_object_status(
-            KUEUE, "v1beta2", namespace, "workloads", f"wl{i}",
-            {"status": {"admission": {"clusterQueue": cq, "podSetAssignments": [
-                {"name": "main", "count": 1, "flavors": {"cpu": "default-flavor"},
-                 "resourceUsage": {"cpu": "1"}}]}}})
+            KUEUE,
+            "v1beta2",
+            namespace,
+            "workloads",
+            f"wl{i}",
+            {
+                "status": {
+                    "admission": {
+                        "clusterQueue": cq,
+                        "podSetAssignments": [
+                            {
+                                "name": "main",
+                                "count": 1,
+                                "flavors": {"cpu": "default-flavor"},
+                                "resourceUsage": {"cpu": "1"},
+                            }
+                        ],
+                    }
+                }
+            },
+        )
     listed = custom.list_namespaced_custom_object(
-        KUEUE, "v1beta2", namespace, "workloads",
-        field_selector="status.admission.clusterQueue=cq-a")
+        KUEUE,
+        "v1beta2",
+        namespace,
+        "workloads",
+        field_selector="status.admission.clusterQueue=cq-a",
+    )
     assert [w["metadata"]["name"] for w in listed["items"]] == ["wl0", "wl2"]
-    red = custom.list_namespaced_custom_object(KUEUE, "v1beta2", namespace, "workloads",
-                                               label_selector="team=red")
+    red = custom.list_namespaced_custom_object(
+        KUEUE, "v1beta2", namespace, "workloads", label_selector="team=red"
+    )
     assert [w["metadata"]["name"] for w in red["items"]] == ["wl0", "wl1"]
     assert red["kind"] == "WorkloadList"
     assert int(red["metadata"]["resourceVersion"]) > 0
@@ -142,33 +206,67 @@ def test_crd_created_at_run_time_is_served_and_removed(kube_client, custom):
     ext = client.ApiextensionsV1Api(kube_client)
     group = "demo.example.com"
     crd = {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": f"widgets.{group}"},
-        "spec": {"group": group, "scope": "Namespaced",
-                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget",
-                           "shortNames": ["wd"]},
-                 "versions": [{"name": "v1", "served": True, "storage": True,
-                               "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                                   "spec": {"type": "object", "properties": {
-                                       "size": {"type": "integer", "minimum": 1,
-                                                "default": 3}}}}}},
-                               "additionalPrinterColumns": [
-                                   {"name": "Size", "type": "integer",
-                                    "jsonPath": ".spec.size"}]}]},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {
+                "plural": "widgets",
+                "singular": "widget",
+                "kind": "Widget",
+                "shortNames": ["wd"],
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {
+                                        "size": {"type": "integer", "minimum": 1, "default": 3}
+                                    },
+                                }
+                            },
+                        }
+                    },
+                    "additionalPrinterColumns": [
+                        {"name": "Size", "type": "integer", "jsonPath": ".spec.size"}
+                    ],
+                }
+            ],
+        },
     }
     created = ext.create_custom_resource_definition(crd)
     conditions = {c.type: c.status for c in created.status.conditions}
     assert conditions["Established"] == "True"
     widget = custom.create_namespaced_custom_object(
-        group, "v1", "default", "widgets",
-        {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w1"},
-         "spec": {}})
+        group,
+        "v1",
+        "default",
+        "widgets",
+        {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w1"}, "spec": {}},
+    )
     assert widget["spec"]["size"] == 3
     with pytest.raises(ApiException) as excinfo:
         custom.create_namespaced_custom_object(
-            group, "v1", "default", "widgets",
-            {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w2"},
-             "spec": {"size": 0}})
+            group,
+            "v1",
+            "default",
+            "widgets",
+            {
+                "apiVersion": f"{group}/v1",
+                "kind": "Widget",
+                "metadata": {"name": "w2"},
+                "spec": {"size": 0},
+            },
+        )
     assert excinfo.value.status == 422
     assert "spec.size" in excinfo.value.body
     ext.delete_custom_resource_definition(f"widgets.{group}")
@@ -180,9 +278,15 @@ def test_crd_created_at_run_time_is_served_and_removed(kube_client, custom):
 def test_dynamic_client(kube_client, namespace):
     dyn = dynamic.DynamicClient(kube_client)
     lq_api = dyn.resources.get(api_version=f"{KUEUE}/v1beta2", kind="LocalQueue")
-    lq_api.create(namespace=namespace, body={
-        "apiVersion": f"{KUEUE}/v1beta2", "kind": "LocalQueue",
-        "metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq"}})
+    lq_api.create(
+        namespace=namespace,
+        body={
+            "apiVersion": f"{KUEUE}/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "lq"},
+            "spec": {"clusterQueue": "cq"},
+        },
+    )
     got = lq_api.get(name="lq", namespace=namespace)
     assert got.spec.clusterQueue == "cq"
     pods = dyn.resources.get(api_version="v1", kind="Pod")
@@ -198,22 +302,36 @@ def test_table_output_uses_printer_columns(kubesim_api, custom):
     name = _name("tbl")
     custom.create_cluster_custom_object(KUEUE, "v1beta2", "clusterqueues", _cq(name, cohort="c9"))
     status, table = kubesim_api.request(
-        "GET", f"/apis/{KUEUE}/v1beta2/clusterqueues/{name}",
-        headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"})
+        "GET",
+        f"/apis/{KUEUE}/v1beta2/clusterqueues/{name}",
+        headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"},
+    )
     assert status == 200
     assert table["kind"] == "Table"
     assert [c["name"] for c in table["columnDefinitions"]] == [
-        "Name", "Cohort", "Strategy", "Pending Workloads", "Admitted Workloads"]
+        "Name",
+        "Cohort",
+        "Strategy",
+        "Pending Workloads",
+        "Admitted Workloads",
+    ]
     assert table["rows"][0]["cells"][:3] == [name, "c9", "BestEffortFIFO"]
     assert table["rows"][0]["object"]["kind"] == "PartialObjectMetadata"
 
 
 def test_pod_table_columns(kubesim_api, core, namespace):
-    core.create_namespaced_pod(namespace, {"metadata": {"name": "p"}, "spec": {
-        "containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]}})
+    core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]},
+        },
+    )
     status, table = kubesim_api.request(
-        "GET", f"/api/v1/namespaces/{namespace}/pods",
-        headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+        "GET",
+        f"/api/v1/namespaces/{namespace}/pods",
+        headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+    )
     assert status == 200
     names = [c["name"] for c in table["columnDefinitions"] if c["priority"] == 0]
     assert names == ["Name", "Ready", "Status", "Restarts", "Age"]

@@ -22,17 +22,23 @@ EXAMPLES = sorted(shared_crds_dir().glob("*/examples/*.yaml"))
 def kubectl(kubesim_api, tmp_path_factory):
     cache = tmp_path_factory.mktemp("kubectl-cache")
 
-    def run(*args: str, input: str | None = None, check: bool = True,
-            timeout: float = 60) -> subprocess.CompletedProcess:
+    def run(
+        *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess:
         env = dict(os.environ, KUBECONFIG=str(kubesim_api.kubeconfig), HOME=str(cache))
-        result = subprocess.run([KUBECTL, f"--cache-dir={cache}", *args], input=input,
-                                capture_output=True, text=True, env=env, timeout=timeout)
+        result = subprocess.run(
+            [KUBECTL, f"--cache-dir={cache}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
         return result
 
-    run.env = lambda: dict(os.environ, KUBECONFIG=str(kubesim_api.kubeconfig),
-                           HOME=str(cache))
+    run.env = lambda: dict(os.environ, KUBECONFIG=str(kubesim_api.kubeconfig), HOME=str(cache))
     run.cache = cache
     return run
 
@@ -52,11 +58,16 @@ def _served(kubectl) -> set[tuple[str, str]]:
 
 def test_api_resources_lists_builtins_and_crds(kubectl):
     served = _served(kubectl)
-    for pair in [("v1", "Pod"), ("batch/v1", "Job"), ("apps/v1", "Deployment"),
-                 ("kueue.x-k8s.io/v1beta2", "ClusterQueue"),
-                 ("kueue.x-k8s.io/v1beta2", "Workload"),
-                 ("batch.volcano.sh/v1alpha1", "Job"), ("scheduling.run.ai/v2", "Queue"),
-                 ("apiextensions.k8s.io/v1", "CustomResourceDefinition")]:
+    for pair in [
+        ("v1", "Pod"),
+        ("batch/v1", "Job"),
+        ("apps/v1", "Deployment"),
+        ("kueue.x-k8s.io/v1beta2", "ClusterQueue"),
+        ("kueue.x-k8s.io/v1beta2", "Workload"),
+        ("batch.volcano.sh/v1alpha1", "Job"),
+        ("scheduling.run.ai/v2", "Queue"),
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+    ]:
         assert pair in served, pair
 
 
@@ -125,7 +136,8 @@ def test_get_prints_the_crd_printer_columns_and_describe_works(kubectl):
     assert out[0].split() == ["NAME", "COHORT", "PENDING", "WORKLOADS"]
     assert out[1].split()[:2] == [name, "research"]
     wide = kubectl("get", "cq", name, "-o", "wide").stdout.splitlines()[0]
-    assert "STRATEGY" in wide and "ADMITTED WORKLOADS" in wide
+    assert "STRATEGY" in wide
+    assert "ADMITTED WORKLOADS" in wide
     described = kubectl("describe", "clusterqueue", name).stdout
     assert f"Name:         {name}" in described
     assert "Queueing Strategy:" in described
@@ -134,8 +146,7 @@ def test_get_prints_the_crd_printer_columns_and_describe_works(kubectl):
 
 
 def test_invalid_cluster_queue_is_rejected_naming_the_field(kubectl):
-    result = kubectl("apply", "-f", "-", input=CQ.format(name="broken-cq", cpu="lots"),
-                     check=False)
+    result = kubectl("apply", "-f", "-", input=CQ.format(name="broken-cq", cpu="lots"), check=False)
     assert result.returncode != 0
     assert 'The ClusterQueue "broken-cq" is invalid' in result.stderr
     assert "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota" in result.stderr
@@ -144,14 +155,33 @@ def test_invalid_cluster_queue_is_rejected_naming_the_field(kubectl):
 def test_server_side_apply_conflict_and_force(kubectl):
     name = f"cq-{uuid.uuid4().hex[:6]}"
     kubectl("apply", "--server-side", "-f", "-", input=CQ.format(name=name, cpu=4))
-    conflict = kubectl("apply", "--server-side", "--field-manager=someone-else", "-f", "-",
-                       input=CQ.format(name=name, cpu=5), check=False)
+    conflict = kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=someone-else",
+        "-f",
+        "-",
+        input=CQ.format(name=name, cpu=5),
+        check=False,
+    )
     assert conflict.returncode != 0
     assert "conflict" in conflict.stderr.lower()
-    kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=someone-else",
-            "-f", "-", input=CQ.format(name=name, cpu=5))
-    quota = kubectl("get", "cq", name, "-o",
-                    "jsonpath={.spec.resourceGroups[0].flavors[0].resources[0].nominalQuota}")
+    kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=someone-else",
+        "-f",
+        "-",
+        input=CQ.format(name=name, cpu=5),
+    )
+    quota = kubectl(
+        "get",
+        "cq",
+        name,
+        "-o",
+        "jsonpath={.spec.resourceGroups[0].flavors[0].resources[0].nominalQuota}",
+    )
     assert quota.stdout == "5"
     kubectl("delete", "cq", name)
 
@@ -160,15 +190,31 @@ def test_get_watch_streams_new_rows(kubectl):
     namespace = f"w-{uuid.uuid4().hex[:6]}"
     kubectl("apply", "-f", "-", input=NAMESPACE.format(name=namespace))
     process = subprocess.Popen(
-        [KUBECTL, f"--cache-dir={kubectl.cache}", "get", "configmaps", "-n", namespace, "-w",
-         "--request-timeout=20s"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kubectl.env(),
+        [
+            KUBECTL,
+            f"--cache-dir={kubectl.cache}",
+            "get",
+            "configmaps",
+            "-n",
+            namespace,
+            "-w",
+            "--request-timeout=20s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=kubectl.env(),
     )
     try:
         time.sleep(1.0)
-        kubectl("apply", "-n", namespace, "-f", "-",
-                input="apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: watched\n"
-                      "data:\n  a: b\n")
+        kubectl(
+            "apply",
+            "-n",
+            namespace,
+            "-f",
+            "-",
+            input="apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: watched\ndata:\n  a: b\n",
+        )
         deadline = time.monotonic() + 15
         lines = []
         while time.monotonic() < deadline:
@@ -229,18 +275,35 @@ def test_kubectl_builtin_workflow(kubectl):
     header = kubectl("get", "jobs", "-n", namespace).stdout.splitlines()[0].split()
     assert header == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
     # strategic merge: the container is merged by name, its env kept
-    kubectl("patch", "deployment", "web", "-n", namespace, "-p",
-            '{"spec":{"template":{"spec":{"containers":[{"name":"nginx","image":"nginx:2"}]}}}}')
-    container = yaml.safe_load(kubectl(
-        "get", "deployment", "web", "-n", namespace, "-o",
-        "jsonpath={.spec.template.spec.containers[0]}").stdout)
+    kubectl(
+        "patch",
+        "deployment",
+        "web",
+        "-n",
+        namespace,
+        "-p",
+        '{"spec":{"template":{"spec":{"containers":[{"name":"nginx","image":"nginx:2"}]}}}}',
+    )
+    container = yaml.safe_load(
+        kubectl(
+            "get",
+            "deployment",
+            "web",
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0]}",
+        ).stdout
+    )
     assert container["image"] == "nginx:2"
     assert container["env"] == [{"name": "A", "value": "1"}]
     # a second client-side apply computes a patch against last-applied-configuration
-    kubectl("apply", "-n", namespace, "-f", "-", input=WORKLOADS.replace("replicas: 1",
-                                                                         "replicas: 2"))
-    replicas = kubectl("get", "deployment", "web", "-n", namespace, "-o",
-                       "jsonpath={.spec.replicas}").stdout
+    kubectl(
+        "apply", "-n", namespace, "-f", "-", input=WORKLOADS.replace("replicas: 1", "replicas: 2")
+    )
+    replicas = kubectl(
+        "get", "deployment", "web", "-n", namespace, "-o", "jsonpath={.spec.replicas}"
+    ).stdout
     assert replicas == "2"
     kubectl("delete", "namespace", namespace)
     gone = kubectl("get", "namespace", namespace, check=False)

@@ -26,8 +26,12 @@ def store() -> Store:
 
 
 def _cm(name: str, **data) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": "default"}, "data": data}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"},
+        "data": data,
+    }
 
 
 def test_returned_objects_are_copies(store):
@@ -42,8 +46,7 @@ def test_returned_objects_are_copies(store):
 def test_admission_hooks_can_deny_and_mutate(store):
     def hook(operation, new, old):
         if operation == "CREATE" and new["metadata"]["name"] == "denied":
-            raise errors.ApiError(403, "Forbidden",
-                                  'admission webhook "x" denied the request: no')
+            raise errors.ApiError(403, "Forbidden", 'admission webhook "x" denied the request: no')
         if operation in ("CREATE", "UPDATE"):
             new.setdefault("data", {})["stamped"] = "yes"
 
@@ -70,7 +73,10 @@ def test_subscription_feeds_changes_in_order(store):
 
     seen, first_any = asyncio.run(run())
     assert [(t, o["metadata"]["name"]) for t, o in seen] == [
-        ("ADDED", "w"), ("MODIFIED", "w"), ("DELETED", "w")]
+        ("ADDED", "w"),
+        ("MODIFIED", "w"),
+        ("DELETED", "w"),
+    ]
     assert seen[1][1]["data"] == {"x": "1"}
     assert first_any[1]["kind"] == "ConfigMap"
 
@@ -86,9 +92,12 @@ def test_history_is_bounded(store):
 
 def test_graceful_pod_deletion_waits_for_the_kubelet(store):
     store.graceful_pod_deletion = True
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "p", "namespace": "default"},
-           "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
+    }
     store.create(pod)
     pending = store.delete("v1", "Pod", "default", "p", grace=True)
     assert pending["metadata"]["deletionTimestamp"]
@@ -126,12 +135,27 @@ def test_server_extension_points(store):
         # routes and handlers may be added after the server started (controllers do)
         server.add_route("GET", "/apis/visibility.example.com/v1/things/{name}", hello)
         server.set_subresource_handler("v1", "Pod", "log", pod_log)
-        server.add_discovery_group("visibility.example.com", "v1", [
-            {"name": "things", "singularName": "thing", "namespaced": False, "kind": "Thing",
-             "verbs": ["get"]}])
-        store.create({"apiVersion": "v1", "kind": "Pod",
-                      "metadata": {"name": "p", "namespace": "default"},
-                      "spec": {"containers": [{"name": "c", "image": "i"}]}})
+        server.add_discovery_group(
+            "visibility.example.com",
+            "v1",
+            [
+                {
+                    "name": "things",
+                    "singularName": "thing",
+                    "namespaced": False,
+                    "kind": "Thing",
+                    "verbs": ["get"],
+                }
+            ],
+        )
+        store.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "i"}]},
+            }
+        )
         base = f"http://127.0.0.1:{port}"
         headers = {"Authorization": "Bearer t0k"}
         async with aiohttp.ClientSession(headers=headers) as session:
@@ -143,9 +167,10 @@ def test_server_extension_points(store):
                 discovery = await r.json()
             async with session.get(base + "/apis") as r:
                 groups = [g["name"] for g in (await r.json())["groups"]]
-            async with aiohttp.ClientSession() as anonymous, anonymous.get(
-                base + "/apis/visibility.example.com/v1/things/x"
-            ) as r:
+            async with (
+                aiohttp.ClientSession() as anonymous,
+                anonymous.get(base + "/apis/visibility.example.com/v1/things/x") as r,
+            ):
                 unauthorized = r.status
         await server.stop()
         return thing, log, discovery, groups, unauthorized

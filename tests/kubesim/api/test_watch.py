@@ -33,8 +33,12 @@ def test_watch_from_a_resource_version_streams_changes(core, namespace):
 
     thread = _later(changes)
     w = watch.Watch()
-    seen = _collect(w.stream(core.list_namespaced_config_map, namespace, resource_version=rv,
-                             timeout_seconds=10), 3)
+    seen = _collect(
+        w.stream(
+            core.list_namespaced_config_map, namespace, resource_version=rv, timeout_seconds=10
+        ),
+        3,
+    )
     w.stop()
     thread.join()
     assert seen == [("ADDED", "w"), ("MODIFIED", "w"), ("DELETED", "w")]
@@ -54,21 +58,37 @@ def test_replay_from_an_older_resource_version(core, namespace):
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "r1"}})
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "r2"}})
     w = watch.Watch()
-    seen = _collect(w.stream(core.list_namespaced_config_map, namespace,
-                             resource_version=start, timeout_seconds=5), 2)
+    seen = _collect(
+        w.stream(
+            core.list_namespaced_config_map, namespace, resource_version=start, timeout_seconds=5
+        ),
+        2,
+    )
     w.stop()
     assert seen == [("ADDED", "r1"), ("ADDED", "r2")]
 
 
 def test_label_filtered_watch_sees_objects_leave_the_selection(core, namespace):
-    core.create_namespaced_config_map(namespace, {"metadata": {"name": "sel",
-                                                               "labels": {"keep": "yes"}}})
+    core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "sel", "labels": {"keep": "yes"}}}
+    )
     rv = core.list_namespaced_config_map(namespace).metadata.resource_version
-    thread = _later(lambda: core.patch_namespaced_config_map(
-        "sel", namespace, {"metadata": {"labels": {"keep": "no"}}}))
+    thread = _later(
+        lambda: core.patch_namespaced_config_map(
+            "sel", namespace, {"metadata": {"labels": {"keep": "no"}}}
+        )
+    )
     w = watch.Watch()
-    seen = _collect(w.stream(core.list_namespaced_config_map, namespace, resource_version=rv,
-                             label_selector="keep=yes", timeout_seconds=5), 1)
+    seen = _collect(
+        w.stream(
+            core.list_namespaced_config_map,
+            namespace,
+            resource_version=rv,
+            label_selector="keep=yes",
+            timeout_seconds=5,
+        ),
+        1,
+    )
     w.stop()
     thread.join()
     assert seen == [("DELETED", "sel")]
@@ -77,33 +97,51 @@ def test_label_filtered_watch_sees_objects_leave_the_selection(core, namespace):
 def test_bookmarks_and_timeout(core, namespace):
     rv = core.list_namespaced_config_map(namespace).metadata.resource_version
     started = time.monotonic()
-    events = list(watch.Watch().stream(core.list_namespaced_config_map, namespace,
-                                       resource_version=rv, allow_watch_bookmarks=True,
-                                       timeout_seconds=1))
+    events = list(
+        watch.Watch().stream(
+            core.list_namespaced_config_map,
+            namespace,
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=1,
+        )
+    )
     assert time.monotonic() - started < 5
     assert events
     assert events[-1]["type"] == "BOOKMARK"
     assert int(events[-1]["raw_object"]["metadata"]["resourceVersion"]) >= int(rv)
 
 
-def test_expired_resource_version_answers_410_and_relist_recovers(core, namespace,
-                                                                 kubesim_api):
+def test_expired_resource_version_answers_410_and_relist_recovers(core, namespace, kubesim_api):
     old_rv = core.list_namespaced_config_map(namespace).metadata.resource_version
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "before"}})
     kubesim_api.admin("/kubesim/faults", {"expire_history": True})
     with pytest.raises(ApiException) as excinfo:
-        list(watch.Watch().stream(core.list_namespaced_config_map, namespace,
-                                  resource_version=old_rv, timeout_seconds=5))
+        list(
+            watch.Watch().stream(
+                core.list_namespaced_config_map,
+                namespace,
+                resource_version=old_rv,
+                timeout_seconds=5,
+            )
+        )
     assert excinfo.value.status == 410
     # the client's recovery: relist, then watch from the list's resourceVersion
     listed = core.list_namespaced_config_map(namespace)
     assert [o.metadata.name for o in listed.items] == ["before"]
-    thread = _later(lambda: core.create_namespaced_config_map(namespace,
-                                                              {"metadata": {"name": "after"}}))
+    thread = _later(
+        lambda: core.create_namespaced_config_map(namespace, {"metadata": {"name": "after"}})
+    )
     w = watch.Watch()
-    seen = _collect(w.stream(core.list_namespaced_config_map, namespace,
-                             resource_version=listed.metadata.resource_version,
-                             timeout_seconds=5), 1)
+    seen = _collect(
+        w.stream(
+            core.list_namespaced_config_map,
+            namespace,
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=5,
+        ),
+        1,
+    )
     w.stop()
     thread.join()
     assert seen == [("ADDED", "after")]
@@ -132,8 +170,17 @@ def test_many_watchers_all_receive_the_event(core, namespace):
 
     def watcher():
         w = watch.Watch()
-        results.append(_collect(w.stream(core.list_namespaced_config_map, namespace,
-                                         resource_version=rv, timeout_seconds=10), 1))
+        results.append(
+            _collect(
+                w.stream(
+                    core.list_namespaced_config_map,
+                    namespace,
+                    resource_version=rv,
+                    timeout_seconds=10,
+                ),
+                1,
+            )
+        )
         w.stop()
 
     threads = [threading.Thread(target=watcher) for _ in range(8)]
