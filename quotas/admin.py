@@ -159,6 +159,25 @@ def _cohort_nominal_subquery():
     )
 
 
+def with_usable_amounts(queryset):
+    """Annotate ProjectQuotas with what quotas.arithmetic needs for their maximum."""
+    return queryset.annotate(
+        cohort_nominal=_cohort_nominal_subquery(), department_cap=_department_cap_subquery()
+    )
+
+
+def quota_maximum(quota: ProjectQuota) -> int | str:
+    """The most the project can use of this quota (see quotas.arithmetic.usable_amount)."""
+    if quota.pk is None or quota.nominal is None:
+        return "—"
+    return arithmetic.usable_amount(
+        nominal=quota.nominal,
+        borrowing_limit=quota.borrowing_limit,
+        cohort_nominal=getattr(quota, "cohort_nominal", quota.nominal),
+        department_cap=getattr(quota, "department_cap", None),
+    ).maximum
+
+
 def _department_cap_subquery():
     return Subquery(
         DepartmentQuota.objects.filter(
@@ -204,14 +223,7 @@ class ProjectQuotaAdmin(admin.ModelAdmin):
         warn_if_oversubscribed(request, [obj.pool])
 
     def get_queryset(self, request):
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                cohort_nominal=_cohort_nominal_subquery(),
-                department_cap=_department_cap_subquery(),
-            )
-        )
+        return with_usable_amounts(super().get_queryset(request))
 
     @admin.display(description="department", ordering="project__department__slug")
     def department(self, quota: ProjectQuota) -> str:
@@ -222,13 +234,8 @@ class ProjectQuotaAdmin(admin.ModelAdmin):
         return "any" if quota.borrowing_limit is None else str(quota.borrowing_limit)
 
     @admin.display(description="maximum")
-    def maximum(self, quota: ProjectQuota) -> int:
-        return arithmetic.usable_amount(
-            nominal=quota.nominal,
-            borrowing_limit=quota.borrowing_limit,
-            cohort_nominal=getattr(quota, "cohort_nominal", quota.nominal),
-            department_cap=getattr(quota, "department_cap", None),
-        ).maximum
+    def maximum(self, quota: ProjectQuota) -> int | str:
+        return quota_maximum(quota)
 
 
 class DepartmentQuotaForm(forms.ModelForm):

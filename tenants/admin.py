@@ -6,7 +6,13 @@ from django.contrib import admin
 from django.db.models import Count, Prefetch
 
 from quotas import arithmetic
-from quotas.admin import DepartmentQuotaForm, ProjectQuotaForm, warn_if_oversubscribed
+from quotas.admin import (
+    DepartmentQuotaForm,
+    ProjectQuotaForm,
+    quota_maximum,
+    warn_if_oversubscribed,
+    with_usable_amounts,
+)
 from quotas.models import DepartmentQuota, GpuPool, ProjectQuota
 from tenants.models import Department, Membership, Project
 
@@ -59,9 +65,17 @@ class ProjectQuotaInline(admin.TabularInline):
     model = ProjectQuota
     form = ProjectQuotaForm
     extra = 0
-    fields = ("pool", "resource", "nominal", "borrowing_limit")
+    fields = ("pool", "resource", "nominal", "borrowing_limit", "maximum")
+    readonly_fields = ("maximum",)
     verbose_name = "GPU quota"
     verbose_name_plural = "GPU quotas (guaranteed = nominal; may borrow up to the limit)"
+
+    def get_queryset(self, request):
+        return with_usable_amounts(super().get_queryset(request).select_related("pool"))
+
+    @admin.display(description="maximum (with borrowing)")
+    def maximum(self, quota: ProjectQuota) -> int | str:
+        return quota_maximum(quota)
 
 
 @admin.register(Project)

@@ -1,5 +1,7 @@
 """The admin console for departments, projects and memberships, driven as a staff user."""
 
+import re
+
 import pytest
 
 from quotas.models import DepartmentQuota, GpuPool, ProjectQuota
@@ -335,3 +337,11 @@ def test_admin_lists_take_the_same_number_of_queries_for_more_rows(demo, staff_c
             actor=None, slug=f"extra-{i}", name="x", gpu_model="NVIDIA-A30", node_count=1
         )
     assert queries() == before
+
+
+def test_project_page_shows_each_quotas_maximum(demo, staff_client):
+    vision = Project.objects.get(slug="vision")
+    page = staff_client.get(f"/admin/tenants/project/{vision.pk}/change/").content.decode()
+    # h100 gpu 8 (+4) → 12, 1g.10gb 14 (+7) → 21, a100 gpu 4 (+4) → 8
+    shown = re.findall(r'<td class="field-maximum">\s*<p>(\S+?)</p>', page)
+    assert sorted(shown) == ["12", "21", "8", "—"]  # the last is the empty template row
