@@ -143,6 +143,55 @@ def _past_backoff_limit_on_failure(spec: dict, active_pods: list[dict], backoff_
     return restarts > 0 if backoff_limit == 0 else restarts >= backoff_limit
 
 
+def _exit_codes(pod: dict, container_name: str | None) -> list[tuple[str, int]]:
+    out = []
+    status = pod.get("status") or {}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(key) or []:
+            terminated = (cs.get("state") or {}).get("terminated")
+            if terminated is None or (container_name and cs.get("name") != container_name):
+                continue
+            out.append((cs.get("name"), int(terminated.get("exitCode") or 0)))
+    return out
+
+
+def match_pod_failure_policy(policy: dict | None, pod: dict) -> tuple[str, str]:
+    """(action, FailJob message) of the first podFailurePolicy rule a failed pod matches; the
+    action is "Count" when no rule matches (or there is no policy)."""
+    if not policy:
+        return "Count", ""
+    meta = pod["metadata"]
+    where = f"{meta.get('namespace')}/{meta['name']}"
+    for index, rule in enumerate(policy.get("rules") or []):
+        action = rule.get("action")
+        on_exit = rule.get("onExitCodes")
+        if on_exit:
+            values = set(on_exit.get("values") or [])
+            for name, code in _exit_codes(pod, on_exit.get("containerName")):
+                if on_exit.get("operator") == "In":
+                    hit = code in values
+                else:  # NotIn ignores containers that succeeded
+                    hit = code != 0 and code not in values
+                if hit:
+                    return action, (
+                        f"Container {name} for pod {where} failed with exit code {code} "
+                        f"matching {action} rule at index {index}"
+                    )
+            continue
+        for pattern in rule.get("onPodConditions") or []:
+            wanted = pattern.get("status") or "True"
+            for condition in (pod.get("status") or {}).get("conditions") or []:
+                if (
+                    condition.get("type") == pattern.get("type")
+                    and condition.get("status") == wanted
+                ):
+                    return action, (
+                        f"Pod {where} has condition {pattern.get('type')} "
+                        f"matching {action} rule at index {index}"
+                    )
+    return "Count", ""
+
+
 def _job_owner_uid(pod: dict) -> str | None:
     for ref in pod["metadata"].get("ownerReferences") or []:
         if ref.get("kind") == "Job" and ref.get("controller"):
@@ -261,6 +310,7 @@ class JobController:
         failed = int(status.get("failed") or 0)
         completed_indexes = _parse_ranges(status.get("completedIndexes"))
         to_unfinalize: list[dict] = []
+        fail_job_message: str | None = None
         for pod in pods:
             meta = pod["metadata"]
             if TRACKING_FINALIZER not in (meta.get("finalizers") or []):
@@ -280,9 +330,14 @@ class JobController:
             elif phase == "Failed" or meta.get("deletionTimestamp"):
                 if phase != "Failed" and not self._terminal_or_gone(pod):
                     continue  # still terminating: counted when the kubelet reports the end
+                to_unfinalize.append(pod)
+                action, message = match_pod_failure_policy(spec.get("podFailurePolicy"), pod)
+                if action == "Ignore":
+                    continue
+                if action == "FailJob" and fail_job_message is None:
+                    fail_job_message = message
                 failed += 1
                 self.failures_at[uid] = self.clock.time()
-                to_unfinalize.append(pod)
 
         active_pods = [
             p
@@ -321,7 +376,14 @@ class JobController:
         if not finished:
             # 2. Terminal decisions (the *Target conditions first, the final one once no pod runs).
             if not has("FailureTarget") and not has("SuccessCriteriaMet"):
-                if failed > backoff_limit or _past_backoff_limit_on_failure(
+                if fail_job_message is not None:
+                    add_condition(
+                        _condition(
+                            "FailureTarget", "True", "PodFailurePolicy", fail_job_message, now
+                        )
+                    )
+                    self.record(job, "PodFailurePolicy", fail_job_message, "Warning")
+                elif failed > backoff_limit or _past_backoff_limit_on_failure(
                     spec, active_pods, backoff_limit
                 ):
                     add_condition(
@@ -417,6 +479,7 @@ class JobController:
                     )
         else:
             delete_pods = active_pods
+            self._expire(job, key)
 
         # 4. Writes: status first (so counts are never lost), then finalizers, pods.
         status["active"] = (
@@ -445,6 +508,35 @@ class JobController:
             self._delete_pod(job, pod)
         for index in create_indexes:
             self._create_pod(job, index)
+
+    def _expire(self, job: dict, key: tuple[str, str]) -> None:
+        """The TTL-after-finished controller: delete a finished Job once its TTL has passed."""
+        ttl = (job.get("spec") or {}).get("ttlSecondsAfterFinished")
+        if ttl is None:
+            return
+        finished_at = next(
+            (
+                c.get("lastTransitionTime")
+                for c in (job.get("status") or {}).get("conditions") or []
+                if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+            ),
+            None,
+        )
+        if not finished_at:
+            return
+        remaining = parse_rfc3339(finished_at).timestamp() + ttl - self.clock.time()
+        if remaining > 0:
+            self.enqueue_later(key, remaining)
+            return
+        with contextlib.suppress(ApiError):
+            self.store.delete(
+                "batch/v1",
+                "Job",
+                key[0],
+                key[1],
+                propagation="Foreground",
+                preconditions={"uid": job["metadata"]["uid"]},
+            )
 
     def _write_status(self, job: dict, status: dict) -> None:
         current = dict(job)

@@ -629,3 +629,45 @@ def test_pod_active_deadline_and_log_windows(core, namespace):
     # "b" was written 50 simulated seconds after "a", about 150 s before the end
     assert read_log(core, "bounded", namespace, since_seconds=100000) == "a\nb\n"
     assert read_log(core, "bounded", namespace, since_seconds=1) == ""
+
+
+def test_pod_failure_policy_fail_job_and_ignore(core, batch, namespace, sim):
+    manifest = job_manifest("policed", "sleep 30; exit 42", backoff=6)
+    manifest["spec"]["podFailurePolicy"] = {
+        "rules": [
+            {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [137]}},
+            {
+                "action": "FailJob",
+                "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]},
+            },
+        ]
+    }
+    batch.create_namespaced_job(namespace, manifest)
+    first = wait_for(
+        lambda: [p for p in job_pods(core, namespace, "policed") if p.status.phase == "Running"]
+    )[0]
+    # a kill (137) is ignored: not counted, the pod is replaced
+    sim.admin(f"/kubesim/namespaces/{namespace}/pods/{first.metadata.name}/fail", {"exitCode": 137})
+    failed = wait_for(lambda: job_condition(batch, namespace, "policed", "Failed"), timeout=30)
+    assert failed.reason == "PodFailurePolicy"
+    assert failed.message.startswith("Container main for pod " + namespace + "/policed-")
+    assert failed.message.endswith("failed with exit code 42 matching FailJob rule at index 1")
+    assert batch.read_namespaced_job("policed", namespace).status.failed == 1
+    assert len(job_pods(core, namespace, "policed")) == 2
+
+
+def test_ttl_after_finished_deletes_the_job_and_its_pods(core, batch, namespace):
+    manifest = job_manifest("short-lived", "echo done")
+    manifest["spec"]["ttlSecondsAfterFinished"] = 100
+    batch.create_namespaced_job(namespace, manifest)
+    wait_for(lambda: job_condition(batch, namespace, "short-lived", "Complete"), timeout=15)
+
+    def gone():
+        try:
+            batch.read_namespaced_job("short-lived", namespace)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, timeout=15)
+    wait_for(lambda: not job_pods(core, namespace, "short-lived"), timeout=15)
