@@ -232,9 +232,6 @@ def _volcano_task(spec: JobManifestInput, name: str, replicas: int) -> dict[str,
         "minAvailable": replicas,
         "template": {"metadata": {"labels": job_labels(spec)}, "spec": pod},
     }
-    if name == VOLCANO_MASTER_TASK:
-        # Training ends when rank 0 ends.
-        task["policies"] = [{"event": "TaskCompleted", "action": "CompleteJob"}]
     return task
 
 
