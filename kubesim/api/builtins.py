@@ -8,7 +8,7 @@ _ALL = ["all"]
 
 # (group, version, kind, plural, singular, namespaced, short names, categories, subresources)
 _BUILTINS: list[tuple] = [
-    ("", "v1", "Namespace", "namespaces", "namespace", False, ["ns"], [], {"status", "finalize"}),
+    ("", "v1", "Namespace", "namespaces", "namespace", False, ["ns"], [], {"status"}),
     ("", "v1", "Node", "nodes", "node", False, ["no"], [], {"status", "proxy"}),
     (
         "",
@@ -19,7 +19,7 @@ _BUILTINS: list[tuple] = [
         True,
         ["po"],
         _ALL,
-        {"status", "log", "proxy", "binding", "eviction", "ephemeralcontainers", "resize"},
+        {"status", "log", "proxy", "binding"},
     ),
     ("", "v1", "Event", "events", "event", True, ["ev"], [], set()),
     ("", "v1", "Service", "services", "service", True, ["svc"], _ALL, {"status", "proxy"}),
@@ -52,7 +52,7 @@ _BUILTINS: list[tuple] = [
         True,
         ["deploy"],
         _ALL,
-        {"status", "scale"},
+        {"status"},
     ),
     (
         "apps",
@@ -63,7 +63,7 @@ _BUILTINS: list[tuple] = [
         True,
         ["sts"],
         _ALL,
-        {"status", "scale"},
+        {"status"},
     ),
     (
         "apps",
@@ -74,7 +74,7 @@ _BUILTINS: list[tuple] = [
         True,
         ["rs"],
         _ALL,
-        {"status", "scale"},
+        {"status"},
     ),
     ("apps", "v1", "DaemonSet", "daemonsets", "daemonset", True, ["ds"], _ALL, {"status"}),
     (

@@ -562,10 +562,11 @@ class KubeServer:
         watcher = Watcher(req.rtype.key, namespace, matches, max_queue=WATCH_QUEUE_LIMIT)
         initial: list[dict] = []
         expired = False
-        if rv in (None, "", "0") or _bool(send_initial):
-            if rv in (None, "", "0") or send_initial:
-                initial = store.select(req.rtype, namespace, label_reqs, field_reqs)
-        else:
+        from_now = rv in (None, "", "0")
+        if _bool(send_initial) or (from_now and send_initial is None):
+            # the current state as synthetic ADDED events, then changes
+            initial = store.select(req.rtype, namespace, label_reqs, field_reqs)
+        elif not from_now:
             try:
                 rv_int = int(rv)
             except ValueError:
@@ -639,11 +640,9 @@ class KubeServer:
 
         try:
             await response.prepare(request)
-            if table and initial is not None:
-                # the first event carries the column definitions, as kube-apiserver does
-                pass
             chunks = [encode("ADDED", obj, None) for obj in initial]
             if table and chunks:
+                # the first event carries the column definitions, as kube-apiserver does
                 first = tables.build_table(
                     rtype, version, [render(initial[0])], now=now(), include_object=include_object
                 )
@@ -874,19 +873,14 @@ class KubeServer:
         sub = req.subresource
         rtype = req.rtype
         name = req.name or ""
-        if sub == "proxy" or (sub not in rtype.subresources and ":" in name):
-            pass
         handler = self._subresource_handlers.get((rtype.group, rtype.kind, sub))
         if handler is not None:
             return await handler(request, req.namespace, name, req.rest)
-        if sub not in rtype.subresources or sub in ("log", "proxy"):
-            if sub in ("log",) and sub in rtype.subresources:
-                obj = self.store.get_raw(rtype, req.namespace, name)
-                return web.Response(
-                    text="",
-                    content_type="text/plain",
-                    headers={"X-Kubesim-Pod": obj["metadata"]["name"]},
-                )
+        if sub == "log" and sub in rtype.subresources and request.method == "GET":
+            # the stub until a kubelet registers: the pod exists and has printed nothing
+            self.store.get_raw(rtype, req.namespace, name)
+            return web.Response(text="", content_type="text/plain")
+        if sub not in rtype.subresources or sub == "proxy":
             raise errors.ApiError(
                 404,
                 errors.REASON_NOT_FOUND,
