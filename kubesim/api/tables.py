@@ -369,19 +369,32 @@ _BUILTIN_TABLES: dict[tuple[str, str], tuple[list[dict], Row]] = {
             _g(o, "involvedObject", "fieldPath", default=""),
             _g(o, "source", "component", default=o.get("reportingComponent", "")),
             o.get("message", ""),
-            age(o.get("firstTimestamp") or o.get("eventTime"), now),
+            age(
+                o.get("firstTimestamp")
+                or o.get("eventTime")
+                or o["metadata"].get("creationTimestamp"),
+                now,
+            ),
             int(o.get("count") or 1),
             o["metadata"]["name"],
         ],
     ),
     ("events.k8s.io", "Event"): (
-        [_c("Last Seen"), _c("Type"), _c("Reason"), _c("Object"), _c("Message")],
+        [
+            _c("Last Seen"),
+            _c("Type"),
+            _c("Reason"),
+            _c("Object"),
+            _c("Message"),
+            _c("Name", priority=1),
+        ],
         lambda o, now: [
             age(_event_time(o), now),
             o.get("type", ""),
             o.get("reason", ""),
             _involved(o),
             o.get("note", ""),
+            o["metadata"]["name"],
         ],
     ),
     ("", "Service"): (
@@ -635,6 +648,9 @@ def partial_metadata(obj: dict) -> dict:
     }
 
 
+_NAME_NOT_FIRST = {("", "Event"), ("events.k8s.io", "Event")}
+
+
 def build_table(
     rtype: ResourceType,
     version: str,
@@ -646,9 +662,12 @@ def build_table(
     with_definitions: bool = True,
 ) -> dict:
     definitions, row = columns_and_row(rtype, version)
+    # events lead with "Last Seen" (their name is a priority-1 column at the end)
+    name_first = (rtype.group, rtype.kind) not in _NAME_NOT_FIRST
     rows = []
     for obj in objects:
-        entry: dict = {"cells": [obj["metadata"].get("name", ""), *row(obj, now)]}
+        cells = row(obj, now)
+        entry: dict = {"cells": [obj["metadata"].get("name", ""), *cells] if name_first else cells}
         if include_object == "Object":
             entry["object"] = obj
         elif include_object != "None":
@@ -658,7 +677,11 @@ def build_table(
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": list_metadata or {},
-        "columnDefinitions": [NAME_COLUMN, *definitions] if with_definitions else None,
+        "columnDefinitions": (
+            ([NAME_COLUMN, *definitions] if name_first else definitions)
+            if with_definitions
+            else None
+        ),
         "rows": rows,
     }
     return table
