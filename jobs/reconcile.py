@@ -29,7 +29,13 @@ RECREATE_STATES = frozenset({JobState.SUBMITTED, JobState.QUEUED})
 
 def _apply_all(manifests: list[dict[str, Any]]) -> None:
     for manifest in manifests:
-        kube.apply(manifest)
+        try:
+            kube.apply(manifest)
+        except PermanentKubeError as exc:
+            if exc.status == 404:
+                # The project's namespace is not there yet (the quota sync creates it): wait.
+                raise RetryableKubeError(f"not ready yet: {exc.message}", status=404) from exc
+            raise
 
 
 def delete_job_objects(job: Job) -> None:
