@@ -616,14 +616,14 @@ class JobController:
             ):
                 env = container.setdefault("env", [])
                 if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
-                    env.insert(
-                        0,
+                    # appended, from the index label (PodIndexLabel, GA in 1.32)
+                    env.append(
                         {
                             "name": "JOB_COMPLETION_INDEX",
                             "valueFrom": {
                                 "fieldRef": {
                                     "apiVersion": "v1",
-                                    "fieldPath": f"metadata.annotations['{INDEX_KEY}']",
+                                    "fieldPath": f"metadata.labels['{INDEX_KEY}']",
                                 }
                             },
                         },

@@ -671,3 +671,13 @@ def test_ttl_after_finished_deletes_the_job_and_its_pods(core, batch, namespace)
 
     wait_for(gone, timeout=15)
     wait_for(lambda: not job_pods(core, namespace, "short-lived"), timeout=15)
+
+
+def test_controllers_survive_closed_watches(core, batch, namespace, sim):
+    batch.create_namespaced_job(namespace, job_manifest("steady", "sleep 100; echo ok"))
+    wait_for(lambda: any(p.status.phase == "Running" for p in job_pods(core, namespace, "steady")))
+    sim.admin("/kubesim/faults", {"close_watches": True})
+    wait_for(lambda: job_condition(batch, namespace, "steady", "Complete"), timeout=20)
+    # and new work is still picked up after the resubscription
+    batch.create_namespaced_job(namespace, job_manifest("after", "echo again"))
+    wait_for(lambda: job_condition(batch, namespace, "after", "Complete"), timeout=20)
