@@ -3,7 +3,7 @@
 30 ClusterQueues in 5 cohorts (6 each; per CQ nominal 8 GPUs and 14 MIG 1g.10gb slices,
 borrowingLimit 16 GPUs / 28 slices, reclaimWithinCohort Any, withinClusterQueue LowerPriority, as
 Kueue's own baseline), 1,500 batch/v1 Jobs (per CQ: 18 x 1 GPU and 17 x 1 MIG slice at priority 50,
-10 x 2 GPUs at 100, 5 x 4 GPUs at 200; 60/60/120/240 simulated seconds) submitted at once against a
+10 x 2 GPUs at 100, 5 x 4 GPUs at 200; 600/600/1200/2400 simulated seconds) submitted at once against a
 kubesim at --speed 100 whose nodes can hold every admitted pod (30 full 8 x H100 nodes, 8 H100 nodes
 with all GPUs as 7 x 1g.10gb). Prints the wall time until every Workload was admitted and until
 every one finished (target: finished within 5 minutes), the kubesim process's CPU time, and checks
@@ -37,10 +37,10 @@ COHORTS, CQS_PER_COHORT = 5, 6
 PRIORITIES = {"low": 50, "mid": 100, "high": 200}
 # shape -> (resource, amount, priority class, simulated seconds, jobs per 50)
 SHAPES = {
-    "gpu1": (GPU, 1, "low", 60, 18),
-    "mig1": (MIG, 1, "low", 60, 17),
-    "gpu2": (GPU, 2, "mid", 120, 10),
-    "gpu4": (GPU, 4, "high", 240, 5),
+    "gpu1": (GPU, 1, "low", 600, 18),
+    "mig1": (MIG, 1, "low", 600, 17),
+    "gpu2": (GPU, 2, "mid", 1200, 10),
+    "gpu4": (GPU, 4, "high", 2400, 5),
 }
 
 CLUSTER = """apiVersion: kubesim.dev/v1
@@ -78,40 +78,83 @@ def setup_queues(api) -> list[tuple[str, str]]:
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
     for name, value in PRIORITIES.items():
-        custom.create_cluster_custom_object(GROUP, VERSION, "workloadpriorityclasses", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "WorkloadPriorityClass",
-            "metadata": {"name": name}, "value": value})
-    custom.create_cluster_custom_object(GROUP, VERSION, "resourceflavors", {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor", "metadata": {"name": "h100"},
-        "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-                 "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]}})
+        custom.create_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "workloadpriorityclasses",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            },
+        )
+    custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "resourceflavors",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "h100"},
+            "spec": {
+                "nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+            },
+        },
+    )
     queues = []
     for c in range(COHORTS):
         for q in range(CQS_PER_COHORT):
             name = f"cq-{c}-{q}"
             namespace = f"team-{c}-{q}"
             core.create_namespace({"metadata": {"name": namespace}})
-            custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", {
-                "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue",
-                "metadata": {"name": name},
-                "spec": {
-                    "cohortName": f"cohort-{c}",
-                    "namespaceSelector": {},
-                    "preemption": {"reclaimWithinCohort": "Any",
-                                   "withinClusterQueue": "LowerPriority"},
-                    "resourceGroups": [{
-                        "coveredResources": ["cpu", "memory", GPU, MIG],
-                        "flavors": [{"name": "h100", "resources": [
-                            {"name": "cpu", "nominalQuota": 96},
-                            {"name": "memory", "nominalQuota": "768Gi"},
-                            {"name": GPU, "nominalQuota": 8, "borrowingLimit": 16},
-                            {"name": MIG, "nominalQuota": 14, "borrowingLimit": 28},
-                        ]}],
-                    }],
-                }})
-            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", {
-                "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue",
-                "metadata": {"name": "lq", "namespace": namespace}, "spec": {"clusterQueue": name}})
+            custom.create_cluster_custom_object(
+                GROUP,
+                VERSION,
+                "clusterqueues",
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "ClusterQueue",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "cohortName": f"cohort-{c}",
+                        "namespaceSelector": {},
+                        "preemption": {
+                            "reclaimWithinCohort": "Any",
+                            "withinClusterQueue": "LowerPriority",
+                        },
+                        "resourceGroups": [
+                            {
+                                "coveredResources": ["cpu", "memory", GPU, MIG],
+                                "flavors": [
+                                    {
+                                        "name": "h100",
+                                        "resources": [
+                                            {"name": "cpu", "nominalQuota": 96},
+                                            {"name": "memory", "nominalQuota": "768Gi"},
+                                            {"name": GPU, "nominalQuota": 8, "borrowingLimit": 16},
+                                            {"name": MIG, "nominalQuota": 14, "borrowingLimit": 28},
+                                        ],
+                                    }
+                                ],
+                            }
+                        ],
+                    },
+                },
+            )
+            custom.create_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                "localqueues",
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "LocalQueue",
+                    "metadata": {"name": "lq", "namespace": namespace},
+                    "spec": {"clusterQueue": name},
+                },
+            )
             queues.append((name, namespace))
     return queues
 
@@ -119,16 +162,36 @@ def setup_queues(api) -> list[tuple[str, str]]:
 def job_body(name: str, shape: str) -> dict:
     resource, amount, priority, seconds, _ = SHAPES[shape]
     return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "lq",
-                                              "kueue.x-k8s.io/priority-class": priority,
-                                              "bench/shape": shape}},
-        "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {
-            "restartPolicy": "Never",
-            "containers": [{"name": "train", "image": "pytorch/pytorch",
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kueue.x-k8s.io/queue-name": "lq",
+                "kueue.x-k8s.io/priority-class": priority,
+                "bench/shape": shape,
+            },
+        },
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "pytorch/pytorch",
                             "command": ["sh", "-c", f"sleep {seconds}"],
-                            "resources": {"requests": {"cpu": "1", "memory": "8Gi"},
-                                          "limits": {resource: str(amount)}}}]}}},
+                            "resources": {
+                                "requests": {"cpu": "1", "memory": "8Gi"},
+                                "limits": {resource: str(amount)},
+                            },
+                        }
+                    ],
+                }
+            },
+        },
     }
 
 
@@ -155,9 +218,15 @@ class WorkloadWatcher(threading.Thread):
         while not self.stop.is_set():
             stream = watch.Watch()
             try:
-                for event in stream.stream(custom.list_cluster_custom_object, GROUP, VERSION,
-                                           "workloads", resource_version=resource_version,
-                                           timeout_seconds=30, allow_watch_bookmarks=True):
+                for event in stream.stream(
+                    custom.list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    "workloads",
+                    resource_version=resource_version,
+                    timeout_seconds=30,
+                    allow_watch_bookmarks=True,
+                ):
                     obj = event["object"]
                     resource_version = obj["metadata"].get("resourceVersion", resource_version)
                     if event["type"] in ("ADDED", "MODIFIED"):
@@ -178,9 +247,12 @@ class WorkloadWatcher(threading.Thread):
             if key not in self.created:
                 self.created[key] = self.sequence
                 owner = obj["metadata"]["ownerReferences"][0]["name"]
-                self.info[key] = {"job": owner, "priority": obj["spec"].get("priority", 0),
-                                  "cq": obj["metadata"]["namespace"].replace("team-", "cq-"),
-                                  "shape": owner.split("-")[0]}
+                self.info[key] = {
+                    "job": owner,
+                    "priority": obj["spec"].get("priority", 0),
+                    "cq": obj["metadata"]["namespace"].replace("team-", "cq-"),
+                    "shape": owner.split("-")[0],
+                }
             reserved = conditions.get("QuotaReserved", {}).get("status") == "True"
             if reserved and key not in self.admitted:
                 self.admitted[key] = self.sequence
@@ -221,10 +293,13 @@ def main() -> int:
     cluster_file = workdir / "cluster.yaml"
     cluster_file.write_text(CLUSTER)
     started = time.monotonic()
-    process = KubesimProcess(crds=[shared_crds_dir()], cluster=cluster_file, speed=args.speed,
-                             workdir=workdir).start()
-    print(f"kubesim up in {time.monotonic() - started:.1f}s "
-          f"(38 nodes: 240 H100 GPUs + 448 MIG 1g.10gb slices), speed {args.speed:g}")
+    process = KubesimProcess(
+        crds=[shared_crds_dir()], cluster=cluster_file, speed=args.speed, workdir=workdir
+    ).start()
+    print(
+        f"kubesim up in {time.monotonic() - started:.1f}s "
+        f"(38 nodes: 240 H100 GPUs + 448 MIG 1g.10gb slices), speed {args.speed:g}"
+    )
     api = process.api_client()
     try:
         queues = setup_queues(api)
@@ -250,8 +325,10 @@ def main() -> int:
         with ThreadPoolExecutor(max_workers=4) as pool:
             list(pool.map(submit, plan))
         submitted = time.monotonic() - t0
-        print(f"submitted {total} jobs over {len(queues)} ClusterQueues in {submitted:.1f}s "
-              f"({total / submitted:.0f} creates/s)")
+        print(
+            f"submitted {total} jobs over {len(queues)} ClusterQueues in {submitted:.1f}s "
+            f"({total / submitted:.0f} creates/s)"
+        )
         deadline = t0 + args.timeout
         all_admitted = None
         while time.monotonic() < deadline:
@@ -273,12 +350,18 @@ def main() -> int:
         for wl in custom.list_cluster_custom_object(GROUP, VERSION, "workloads")["items"]:
             for entry in (wl.get("status") or {}).get("schedulingStats", {}).get("evictions") or []:
                 evicted += int(entry.get("count") or 0)
-        print(f"all {admitted}/{total} admitted after "
-              f"{all_admitted if all_admitted is None else round(all_admitted, 1)}s wall")
-        print(f"all {finished}/{total} finished after {elapsed:.1f}s wall "
-              f"(target <= 300s: {'met' if finished >= total and elapsed <= 300 else 'NOT met'})")
-        print(f"kubesim CPU time during the run: {cpu_used:.1f}s "
-              f"({100 * cpu_used / elapsed:.0f}% of one core); preemptions: {evicted}")
+        print(
+            f"all {admitted}/{total} admitted after "
+            f"{all_admitted if all_admitted is None else round(all_admitted, 1)}s wall"
+        )
+        print(
+            f"all {finished}/{total} finished after {elapsed:.1f}s wall "
+            f"(target <= 300s: {'met' if finished >= total and elapsed <= 300 else 'NOT met'})"
+        )
+        print(
+            f"kubesim CPU time during the run: {cpu_used:.1f}s "
+            f"({100 * cpu_used / elapsed:.0f}% of one core); preemptions: {evicted}"
+        )
         if violations:
             print(f"admission order: {len(violations)} violations, e.g.")
             for line in violations[:5]:

@@ -125,6 +125,7 @@ class Workload:
     reserved_at: float = 0.0
     evicted: bool = False
     eligible_at: float = 0.0  # requeueState.requeueAt (backoff); 0 = now
+    sequence: int = 0  # creation order, to break ties within one timestamp second
 
     @property
     def key(self) -> tuple[str, str]:
@@ -450,7 +451,13 @@ class KueueEngine:
             if other.cluster_queue == cq.name:
                 policy = cq.within_cluster_queue
                 lower = other.priority < wl.priority
-                newer_equal = other.priority == wl.priority and other.timestamp > wl.timestamp
+                newer_equal = other.priority == wl.priority and (
+                    other.timestamp,
+                    other.sequence,
+                ) > (
+                    wl.timestamp,
+                    wl.sequence,
+                )
                 if (policy == "LowerPriority" and lower) or (
                     policy == "LowerOrNewerEqualPriority" and (lower or newer_equal)
                 ):
@@ -577,7 +584,9 @@ class KueueEngine:
             for cq, wl, _, _ in heads:
                 assignment = self.assign(wl, cq)
                 evaluated.append((cq, wl, assignment))
-            evaluated.sort(key=lambda e: (e[2].borrows, -e[1].priority, e[1].timestamp))
+            evaluated.sort(
+                key=lambda e: (e[2].borrows, -e[1].priority, e[1].timestamp, e[1].sequence)
+            )
             for cq, wl, _ in evaluated:
                 assignment = self.assign(wl, cq)  # quota may have moved earlier in this round
                 if assignment.mode == FIT:
@@ -606,7 +615,7 @@ class KueueEngine:
 
 
 def queue_order(wl: Workload) -> tuple:
-    return (-wl.priority, wl.timestamp, wl.name)
+    return (-wl.priority, wl.timestamp, wl.sequence, wl.name)
 
 
 def preemption_message(preemptor: Workload, reason: str, preemptor_path: str, victim_path: str):
