@@ -679,10 +679,52 @@ class PodRunner:
             run.restart_count += 1
             run.waiting_reason = ""
 
+    async def _terminate_gracefully(self) -> dict[str, int]:
+        """SIGTERM, then SIGKILL after the grace period, as the kubelet does on deletion.
+
+        An opaque program (a trainer) exits on SIGTERM within a couple of seconds (143); a shell
+        script ignores it (a shell as PID 1 has no handler) and is killed at the end of the grace
+        period (137), unless the script ends first. Returns the exit code per running container.
+        """
+        meta = self.pod.get("metadata") or {}
+        grace = meta.get("deletionGracePeriodSeconds")
+        if grace is None:
+            grace = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
+        grace = float(grace or 0)
+        now = self.clock.time()
+        exits: dict[str, tuple[float, int]] = {}
+        for group in (self.init_containers, self.containers):
+            for run in group.values():
+                if not run.attempts or run.attempts[-1].finished is not None:
+                    continue
+                attempt = run.attempts[-1]
+                if attempt.timeline.scripted:
+                    remaining = attempt.started + attempt.timeline.duration - now
+                    if remaining < grace:
+                        exits[run.name] = (max(0.0, remaining), attempt.timeline.exit_code)
+                    else:
+                        exits[run.name] = (grace, 137)
+                else:
+                    exits[run.name] = (min(grace, 2.0), 143)
+        if exits:
+            await self.clock.sleep(max(delay for delay, _ in exits.values()))
+        return {name: code for name, (_, code) in exits.items()}
+
     async def _stopped(self) -> None:
         """Finish after a stop request: deletion, an injected failure, or a lost node."""
-        now = self.clock.time()
         exit_code, reason = 137, "Error"
+        graceful_exits: dict[str, int] = {}
+        if self.stop_reason in ("delete", "deadline"):
+            for group in (self.init_containers, self.containers):
+                for run in group.values():
+                    if run.attempts and run.attempts[-1].finished is None:
+                        self.record(
+                            "Killing",
+                            f"Stopping container {run.name}",
+                            field_path=f"spec.containers{{{run.name}}}",
+                        )
+            graceful_exits = await self._terminate_gracefully()
+        now = self.clock.time()
         if self.stop_reason == "fail":
             exit_code, reason = self.fail_exit_code, self.fail_reason
         elif self.stop_reason == "nodelost":
@@ -690,21 +732,11 @@ class PodRunner:
             self.fail_message = "The container could not be located when the pod was terminated"
         for group in (self.init_containers, self.containers):
             for run in group.values():
-                if (
-                    self.stop_reason in ("delete", "deadline")
-                    and run.attempts
-                    and run.attempts[-1].finished is None
-                ):
-                    self.record(
-                        "Killing",
-                        f"Stopping container {run.name}",
-                        field_path=f"spec.containers{{{run.name}}}",
-                    )
                 if run.attempts and run.attempts[-1].finished is None:
                     attempt = run.attempts[-1]
                     attempt.finished = now
-                    attempt.exit_code = exit_code
-                    attempt.reason = reason
+                    attempt.exit_code = graceful_exits.get(run.name, exit_code)
+                    attempt.reason = "Completed" if attempt.exit_code == 0 else reason
                 elif not run.attempts:
                     run.attempts.append(
                         Attempt(
