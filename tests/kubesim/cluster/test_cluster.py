@@ -681,3 +681,29 @@ def test_controllers_survive_closed_watches(core, batch, namespace, sim):
     # and new work is still picked up after the resubscription
     batch.create_namespaced_job(namespace, job_manifest("after", "echo again"))
     wait_for(lambda: job_condition(batch, namespace, "after", "Complete"), timeout=20)
+
+
+def test_deletion_terminates_gracefully(core, namespace):
+    for name, command in (("trainer", ["python", "train.py"]), ("shell", ["sleep", "100000"])):
+        manifest = pod_manifest(name, command)
+        manifest["metadata"]["finalizers"] = ["example.com/keep"]
+        manifest["spec"]["terminationGracePeriodSeconds"] = 300
+        core.create_namespaced_pod(namespace, manifest)
+    for name in ("trainer", "shell"):
+        wait_for(lambda name=name: phase(core, namespace, name) == "Running")
+        core.delete_namespaced_pod(name, namespace)
+    # the trainer exits on SIGTERM; the shell ignores it and is killed after the grace period
+    wait_for(lambda: phase(core, namespace, "trainer") == "Failed", timeout=10)
+    assert phase(core, namespace, "shell") == "Running"
+    wait_for(lambda: phase(core, namespace, "shell") == "Failed", timeout=10)
+    codes = {
+        name: core.read_namespaced_pod(name, namespace)
+        .status.container_statuses[0]
+        .state.terminated.exit_code
+        for name in ("trainer", "shell")
+    }
+    assert codes == {"trainer": 143, "shell": 137}
+    killing = [e for e in events_for(core, namespace, "shell") if e.reason == "Killing"]
+    assert killing[0].message == "Stopping container main"
+    for name in ("trainer", "shell"):
+        core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None}})
