@@ -131,9 +131,11 @@ def test_fault_injection_makes_the_api_unavailable(kubesim_fresh):
 
 
 def _ok(core) -> bool:
+    import urllib3
+
     try:
-        core.list_namespace()
-    except ApiException:
+        core.list_namespace(_request_timeout=5)
+    except (ApiException, urllib3.exceptions.HTTPError):
         return False
     return True
 
@@ -169,3 +171,20 @@ def test_kubesim_process_reports_a_failed_start(tmp_path):
     process = KubesimProcess(crds=[tmp_path / "missing"], no_cluster=True, workdir=tmp_path / "w")
     with pytest.raises(RuntimeError, match="kubesim did not start"):
         process.start()
+
+
+def test_fault_injection_drops_connections(kubesim_fresh):
+    import urllib3
+
+    api = kubesim_fresh.api_client()
+    api.configuration.retries = 0
+    core = client.CoreV1Api(api)
+    kubesim_fresh.admin("/kubesim/faults", {"drop_connections_seconds": 1.5})
+    with pytest.raises(urllib3.exceptions.HTTPError):
+        core.list_namespace(_request_timeout=5)
+    from kubesim.testing import wait_for
+
+    wait_for(lambda: _ok(core), timeout=5)
+    api.close()
+    # the server survived the dropped connections
+    assert "Traceback" not in kubesim_fresh.log_file.read_text()

@@ -191,3 +191,36 @@ def test_many_watchers_all_receive_the_event(core, namespace):
     for thread in threads:
         thread.join(15)
     assert results == [[("ADDED", "fan")]] * 8
+
+
+def test_custom_object_watch_through_the_deprecated_version(custom):
+    """Watching ClusterQueues through v1beta1 converts each event (cohortName -> cohort)."""
+    listed = custom.list_cluster_custom_object("kueue.x-k8s.io", "v1beta1", "clusterqueues")
+    name = f"wcq-{time.time_ns() % 10**8}"
+    body = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {"cohortName": "blue", "namespaceSelector": {}, "resourceGroups": []},
+    }
+    thread = _later(
+        lambda: custom.create_cluster_custom_object(
+            "kueue.x-k8s.io", "v1beta2", "clusterqueues", body
+        )
+    )
+    w = watch.Watch()
+    for event in w.stream(
+        custom.list_cluster_custom_object,
+        "kueue.x-k8s.io",
+        "v1beta1",
+        "clusterqueues",
+        resource_version=listed["metadata"]["resourceVersion"],
+        timeout_seconds=5,
+    ):
+        if event["object"]["metadata"]["name"] == name:
+            break
+    w.stop()
+    thread.join()
+    assert event["type"] == "ADDED"
+    assert event["object"]["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+    assert event["object"]["spec"]["cohort"] == "blue"
