@@ -564,5 +564,52 @@ class DefaultScheduler:
                 await asyncio.sleep(1.0)
 
 
+SYSTEM_PRIORITY_CLASSES = {
+    "system-node-critical": 2000001000,
+    "system-cluster-critical": 2000000000,
+}
+
+
+def priority_admission(store):
+    """The Priority admission plugin: a new pod's spec.priority (and preemptionPolicy) from its
+    priorityClassName, the global default class, or 0; an unknown class is refused (403)."""
+
+    def hook(operation: str, pod: dict, old: dict | None) -> None:
+        if operation != "CREATE":
+            return
+        spec = pod.setdefault("spec", {})
+        name = spec.get("priorityClassName")
+        policy = "PreemptLowerPriority"
+        if name in SYSTEM_PRIORITY_CLASSES:
+            value = SYSTEM_PRIORITY_CLASSES[name]
+        elif name:
+            found = store.try_get("scheduling.k8s.io/v1", "PriorityClass", None, name)
+            if found is None:
+                pod_name = pod["metadata"].get("name") or pod["metadata"].get("generateName", "")
+                raise ApiError(
+                    403,
+                    "Forbidden",
+                    f'pods "{pod_name}" is forbidden: no PriorityClass with name {name} was found',
+                    details={"name": pod_name, "kind": "pods"},
+                )
+            value = int(found.get("value") or 0)
+            policy = found.get("preemptionPolicy") or policy
+        else:
+            defaults = [
+                c
+                for c in store.list("scheduling.k8s.io/v1", "PriorityClass")
+                if c.get("globalDefault")
+            ]
+            value = int(defaults[0].get("value") or 0) if defaults else 0
+            if defaults:
+                spec["priorityClassName"] = defaults[0]["metadata"]["name"]
+                policy = defaults[0].get("preemptionPolicy") or policy
+        spec["priority"] = value
+        spec.setdefault("preemptionPolicy", policy)
+
+    return hook
+
+
 def start(ctx) -> None:
+    ctx.store.add_admission_hook("v1", "Pod", priority_admission(ctx.store))
     ctx.spawn(DefaultScheduler(ctx).run(), "scheduler")

@@ -707,3 +707,23 @@ def test_deletion_terminates_gracefully(core, namespace):
     assert killing[0].message == "Stopping container main"
     for name in ("trainer", "shell"):
         core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None}})
+
+
+def test_priority_class_admission(api_client, core, namespace):
+    scheduling = client.SchedulingV1Api(api_client)
+    scheduling.create_priority_class(
+        {"metadata": {"name": f"{namespace}-high"}, "value": 1000, "preemptionPolicy": "Never"}
+    )
+    manifest = pod_manifest("important", ["sleep", "10"])
+    manifest["spec"]["priorityClassName"] = f"{namespace}-high"
+    pod = core.create_namespaced_pod(namespace, manifest)
+    assert (pod.spec.priority, pod.spec.preemption_policy) == (1000, "Never")
+    plain = core.create_namespaced_pod(namespace, pod_manifest("plain", ["sleep", "10"]))
+    assert plain.spec.priority == 0
+    manifest = pod_manifest("unknown", ["sleep", "10"])
+    manifest["spec"]["priorityClassName"] = "no-such-class"
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod(namespace, manifest)
+    assert err.value.status == 403
+    assert "no PriorityClass with name no-such-class was found" in err.value.body
+    scheduling.delete_priority_class(f"{namespace}-high")
