@@ -1,0 +1,198 @@
+"""End-to-end fixtures: kubesim, a real Celery worker subprocess on Redis, PostgreSQL.
+
+The worker is a separate process, so tests using it are transactional
+(`django_db(transaction=True)`) and hand it the test database's name.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kubesim.testing import KubesimProcess, shared_crds_dir
+
+REPO = Path(__file__).resolve().parents[2]
+# A Redis database of its own so other suites' queues never mix with these.
+E2E_REDIS_URL = os.environ.get("PORTAL_E2E_REDIS_URL", "redis://127.0.0.1:6379/11")
+
+
+@pytest.fixture(scope="module")
+def e2e_kubesim(tmp_path_factory):
+    with KubesimProcess(
+        crds=[shared_crds_dir()], speed=100, workdir=tmp_path_factory.mktemp("ks-e2e")
+    ) as server:
+        yield server
+
+
+def _redis_flush(url: str) -> None:
+    import redis
+
+    redis.Redis.from_url(url).flushdb()
+
+
+class Worker:
+    """`celery -A portal worker` as a subprocess with its own process group."""
+
+    def __init__(self, env: dict[str, str], log: Path):
+        self.env = env
+        self.log = log
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "Worker":
+        celery = str(Path(sys.executable).parent / "celery")
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen(
+                [
+                    celery,
+                    "-A",
+                    "portal",
+                    "worker",
+                    "-l",
+                    "INFO",
+                    "-c",
+                    "2",
+                    "--without-heartbeat",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "-n",
+                    f"e2e-{os.getpid()}@%h",
+                ],
+                cwd=REPO,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if b" ready." in self.log.read_bytes():
+                return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise RuntimeError("celery worker did not start:\n" + self.log.read_text()[-3000:])
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (parent and pool children), as a crash would."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def celery_to_redis():
+    """Point this process's Celery app (the producer side) at the e2e Redis database."""
+    from portal.celery import app
+
+    _redis_flush(E2E_REDIS_URL)
+    saved = (app.conf.broker_url, app.conf.broker_transport_options)
+    app.conf.broker_url = E2E_REDIS_URL
+    app.conf.broker_transport_options = {"visibility_timeout": 3600}
+    app._pool = None
+    yield app
+    app.conf.broker_url, app.conf.broker_transport_options = saved
+    app._pool = None
+
+
+@pytest.fixture
+def worker_factory(e2e_kubesim, celery_to_redis, tmp_path, settings):
+    """Start (and restart) workers that share this test's database, Redis and kubesim."""
+    from django.db import connection
+
+    from portal.kube.client import reset_api_client
+
+    settings.KUBECONFIG = str(e2e_kubesim.kubeconfig)
+    reset_api_client()
+    db = connection.settings_dict
+    user, host, port = db["USER"] or "postgres", db["HOST"] or "127.0.0.1", db["PORT"] or 5432
+    database_url = f"postgres://{user}@{host}:{port}/{db['NAME']}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "CELERY_BROKER_URL": E2E_REDIS_URL,
+        "KUBECONFIG": str(e2e_kubesim.kubeconfig),
+        "PYTHONPATH": str(REPO),
+    }
+    workers: list[Worker] = []
+
+    def start() -> Worker:
+        worker = Worker(env, tmp_path / f"worker-{len(workers)}.log").start()
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
+
+
+def wait_for(predicate, timeout=60.0, interval=0.3, what="condition"):
+    from portal.kube.apply import RetryableKubeError
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except RetryableKubeError:  # the test's own reads during a simulated outage
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+@pytest.fixture
+def e2e_org(worker_factory):
+    """Two departments, projects alpha (member bob) and beta (outsider oscar), an H100 pool with
+    MIG, priorities; the quota objects are synced into kubesim by the worker."""
+    from quotas.models import PriorityClass
+    from tests.factories import (
+        DepartmentFactory,
+        GpuPoolFactory,
+        MembershipFactory,
+        ProjectFactory,
+        ProjectQuotaFactory,
+        UserFactory,
+    )
+
+    research = DepartmentFactory(slug="research", name="Research")
+    platform = DepartmentFactory(slug="platform", name="Platform")
+    alpha = ProjectFactory(slug="alpha", name="Alpha", department=research)
+    beta = ProjectFactory(slug="beta", name="Beta", department=platform)
+    pool = GpuPoolFactory(
+        slug="h100",
+        gpu_model=H100,
+        node_labels={"nvidia.com/gpu.product": H100},
+        node_count=3,
+        mig_profiles=["1g.10gb"],
+    )
+    ProjectQuotaFactory(project=alpha, pool=pool, resource="gpu", nominal=16)
+    ProjectQuotaFactory(project=alpha, pool=pool, resource="1g.10gb", nominal=4)
+    ProjectQuotaFactory(project=beta, pool=pool, resource="gpu", nominal=4)
+    for name, value, preemptible in (
+        ("high", 1000, False),
+        ("normal", 500, True),
+        ("low", 100, True),
+    ):
+        PriorityClass.objects.update_or_create(
+            name=name, defaults={"value": value, "preemptible": preemptible}
+        )
+    bob = UserFactory(username="bob")
+    oscar = UserFactory(username="oscar")
+    MembershipFactory(user=bob, project=alpha, role="member")
+    MembershipFactory(user=oscar, project=beta, role="admin")
+    return {"alpha": alpha, "beta": beta, "pool": pool, "bob": bob, "oscar": oscar}
