@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import re
+import time
 
 from kubesim.api.errors import ApiError
 from kubesim.clock import rfc3339
@@ -58,6 +59,7 @@ JOB_CONTROLLER = "batch/job-kueue-controller"
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 VISIBILITY_VERSION = "v1beta2"
 
+STATUS_INTERVAL = 0.25  # wall seconds between ClusterQueue/LocalQueue status writes
 NOT_READY_MSG = "Not all pods are ready or succeeded"
 READY_MSG = "All pods reached readiness and the workload is running"
 RECOVERY_MSG = "At least one pod has failed, waiting for recovery"
@@ -242,6 +244,9 @@ class KueueController:
         self.written_status: dict[tuple, str] = {}
         self.pending_messages: dict[tuple[str, str], str] = {}
         self.inadmissible: dict[tuple[str, str], tuple[str, str]] = {}
+        self.status_next = 0.0
+        self.status_interval = STATUS_INTERVAL
+        self.status_pending = False
 
     # ---- wiring ------------------------------------------------------------------------------
     def install(self) -> None:
@@ -533,6 +538,9 @@ class KueueController:
             if self.timers:
                 due_in = self.timers[0][0] - self.clock.time()
                 timeout = max(0.0, due_in / max(self.clock.speed, 1e-9))
+            if self.status_pending:
+                status_in = max(0.0, self.status_next - time.monotonic())
+                timeout = status_in if timeout is None else min(timeout, status_in)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=timeout)
             self.wake.clear()
@@ -587,7 +595,13 @@ class KueueController:
             workloads, self.dirty_workloads = self.dirty_workloads, set()
             for key in workloads:
                 self._reconcile_workload(key, self.clock.time())
-        self._write_queue_status()
+        # Queue status is an aggregate: write it at most every STATUS_INTERVAL wall seconds.
+        if time.monotonic() >= self.status_next:
+            self.status_next = time.monotonic() + self.status_interval
+            self.status_pending = False
+            self._write_queue_status()
+        else:
+            self.status_pending = True
 
     # ---- configuration -----------------------------------------------------------------------
     def _rebuild_config(self) -> None:

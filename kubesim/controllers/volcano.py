@@ -397,7 +397,8 @@ class VolcanoController:
                 self._sync_job(key)
         if self.session_due:
             self.session_due = False
-            self._session()
+            if self._session_has_work():
+                self._session()
             dirty, self.dirty_jobs = self.dirty_jobs, set()
             for key in sorted(dirty):
                 self._sync_job(key)
@@ -830,6 +831,26 @@ class VolcanoController:
         self.podgroups[(namespace, name)] = updated
 
     # ---- scheduler session -------------------------------------------------------------------
+    def _session_has_work(self) -> bool:
+        """A session is needed only while some PodGroup waits to be enqueued or has pods to bind."""
+        for (namespace, _), pg in self.podgroups.items():
+            phase = (pg.get("status") or {}).get("phase") or "Pending"
+            if phase == "Pending":
+                return True
+            if phase in ("Completed",):
+                continue
+            owner = next(
+                (r for r in pg["metadata"].get("ownerReferences") or [] if r.get("kind") == "Job"),
+                None,
+            )
+            pods = self.pods_by_job.get((namespace, owner["name"]), {}) if owner else {}
+            if phase == "Inqueue" and not pods:
+                return True
+            for pod in pods.values():
+                if not (pod.get("spec") or {}).get("nodeName") and _pod_phase(pod) == "Pending":
+                    return True
+        return False
+
     def _session(self) -> None:
         nodes = scheduler._ready_nodes(self.store)
         usage = {

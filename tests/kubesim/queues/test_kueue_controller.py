@@ -24,6 +24,7 @@ GPU = "nvidia.com/gpu"
 def kueue():
     ctx = make_ctx("kueue", pods_ready_timeout=None)
     controller = KueueController(ctx)
+    controller.status_interval = 0  # write queue status on every step
     controller.install()
     return ctx, controller
 

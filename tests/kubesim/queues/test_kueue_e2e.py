@@ -192,18 +192,15 @@ def test_borrowing_and_reclaim_in_a_cohort(api, namespace):
         timeout=20,
         message="the borrower never got the lender's idle quota",
     )
-    cq = custom(api).get_cluster_custom_object(
-        GROUP, VERSION, "clusterqueues", f"borrower-{suffix}"
-    )
-    wait_for(
-        lambda: (
-            custom(api).get_cluster_custom_object(
-                GROUP, VERSION, "clusterqueues", f"borrower-{suffix}"
-            )["status"]["flavorsUsage"][0]["resources"][2]["borrowed"]
-            == "6"
-        ),
-        timeout=10,
-    )
+
+    def borrowed_gpus():
+        cq = custom(api).get_cluster_custom_object(
+            GROUP, VERSION, "clusterqueues", f"borrower-{suffix}"
+        )
+        usage = (cq.get("status") or {}).get("flavorsUsage") or []
+        return usage and usage[0]["resources"][2]["borrowed"] == "6"
+
+    wait_for(borrowed_gpus, timeout=10, message="the borrower's status never showed 6 borrowed")
 
     gpu_job(api, namespace, "owner", "lender", 4)
 
@@ -221,8 +218,17 @@ def test_borrowing_and_reclaim_in_a_cohort(api, namespace):
         lambda: condition(workload_for(api, namespace, "borrowed"), "Requeued"), timeout=20
     )
     assert requeued["status"] == "True"
-    cq = custom(api).get_cluster_custom_object(GROUP, VERSION, "clusterqueues", f"lender-{suffix}")
-    assert cq["status"]["admittedWorkloads"] == 1
+    wait_for(
+        lambda: (
+            custom(api)
+            .get_cluster_custom_object(GROUP, VERSION, "clusterqueues", f"lender-{suffix}")
+            .get("status", {})
+            .get("admittedWorkloads")
+            == 1
+        ),
+        timeout=10,
+        message="the lender's status never counted its admitted workload",
+    )
 
 
 def test_higher_priority_preempts_lower_in_the_same_cluster_queue(api, namespace):
