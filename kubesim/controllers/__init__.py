@@ -21,7 +21,11 @@ async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
     from kubesim.controllers import dcgm, faults, jobs, kubelet, scheduler
 
     path = getattr(options, "cluster", None)
-    cluster = cluster_mod.load_cluster(path) if path else cluster_mod.default_cluster()
+    try:
+        cluster = cluster_mod.load_cluster(path) if path else cluster_mod.default_cluster()
+    except cluster_mod.ClusterSpecError as exc:
+        print(f"kubesim: invalid cluster description {path}: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
     if getattr(options, "default_duration", None) is None:
         options.default_duration = 60.0
     ctx = ControllerContext(
