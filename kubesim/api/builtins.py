@@ -176,6 +176,31 @@ def minimal_openapi_schema(kind: str) -> dict:
     }
 
 
+# events.k8s.io/v1 Event is a second view of core/v1 Event, as on a real cluster
+EVENT_FIELDS_V1_TO_CORE = {
+    "regarding": "involvedObject",
+    "note": "message",
+    "reportingController": "reportingComponent",
+    "deprecatedSource": "source",
+    "deprecatedFirstTimestamp": "firstTimestamp",
+    "deprecatedLastTimestamp": "lastTimestamp",
+    "deprecatedCount": "count",
+}
+EVENT_FIELDS_CORE_TO_V1 = {core: v1 for v1, core in EVENT_FIELDS_V1_TO_CORE.items()}
+
+
+def events_v1_to_core(obj: dict) -> dict:
+    out = {EVENT_FIELDS_V1_TO_CORE.get(k, k): v for k, v in obj.items()}
+    out["apiVersion"] = "v1"
+    return out
+
+
+def core_to_events_v1(obj: dict) -> dict:
+    out = {EVENT_FIELDS_CORE_TO_V1.get(k, k): v for k, v in obj.items()}
+    out["apiVersion"] = "events.k8s.io/v1"
+    return out
+
+
 def builtin_types() -> list[ResourceType]:
     types = []
     for group, version, kind, plural, singular, namespaced, short, cats, subs in _BUILTINS:
@@ -196,6 +221,7 @@ def builtin_types() -> list[ResourceType]:
                 selectable_fields={},
                 is_crd=False,
                 openapi_schemas={version: minimal_openapi_schema(kind)},
+                storage_key=("", "events") if (group, kind) == ("events.k8s.io", "Event") else None,
             )
         )
     return types

@@ -45,6 +45,8 @@ class ResourceType:
         ]
     )
     deprecated_versions: dict[str, str] = field(default_factory=dict)  # version -> warning
+    # another type whose objects this one shows (events.k8s.io Events are core Events)
+    storage_key: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not self.list_kind:
@@ -53,6 +55,11 @@ class ResourceType:
     @property
     def key(self) -> tuple[str, str]:
         return (self.group, self.plural)
+
+    @property
+    def store_key(self) -> tuple[str, str]:
+        """Where the store keeps this type's objects."""
+        return self.storage_key or (self.group, self.plural)
 
     @property
     def group_resource(self) -> str:

@@ -19,6 +19,7 @@ import yaml
 from aiohttp import web
 
 from kubesim.api import errors, selectors, tables
+from kubesim.api.builtins import EVENT_FIELDS_V1_TO_CORE
 from kubesim.api.discovery import Discovery, version_info
 from kubesim.api.openapi import OpenAPI
 from kubesim.api.registry import ResourceType
@@ -48,6 +49,11 @@ def _json_response(body, status: int = 200, headers: dict | None = None) -> web.
 
 def error_response(exc: errors.ApiError) -> web.Response:
     return _json_response(exc.status(), status=exc.code)
+
+
+def _event_field_to_core(path: str) -> str:
+    first, dot, rest = path.partition(".")
+    return EVENT_FIELDS_V1_TO_CORE.get(first, first) + dot + rest
 
 
 def _bool(value: str | None) -> bool:
@@ -444,6 +450,11 @@ class KubeServer:
             allowed.extend(selectors.BUILTIN_FIELDS.get((req.rtype.group, req.rtype.kind), ()))
             allowed.extend(p.lstrip(".") for p in req.rtype.selectable_fields.get(req.version, []))
             selectors.check_fields_supported(field_reqs, allowed, req.rtype.plural, req.version)
+            if req.rtype.storage_key is not None:
+                # events.k8s.io field names, looked up on the stored core/v1 Event
+                field_reqs = [
+                    (_event_field_to_core(path), op, value) for path, op, value in field_reqs
+                ]
             if not req.rtype.namespaced:
                 field_reqs = [r for r in field_reqs if r[0] != "metadata.namespace" or r[2]]
         return label_reqs, field_reqs
@@ -503,7 +514,7 @@ class KubeServer:
                 .rstrip("=")
             )
             meta["remainingItemCount"] = remaining
-        if req.version != req.rtype.storage_version:
+        if req.version != req.rtype.storage_version or req.rtype.storage_key is not None:
             items = [self._render(req, obj) for obj in items]
         wanted = self._table_wanted(request)
         if wanted == "Table":
@@ -559,7 +570,7 @@ class KubeServer:
         include_object = query.get("includeObject", "Metadata")
         store = self.store
         namespace = req.namespace if req.rtype.namespaced else None
-        watcher = Watcher(req.rtype.key, namespace, matches, max_queue=WATCH_QUEUE_LIMIT)
+        watcher = Watcher(req.rtype.store_key, namespace, matches, max_queue=WATCH_QUEUE_LIMIT)
         initial: list[dict] = []
         expired = False
         from_now = rv in (None, "", "0")
@@ -576,7 +587,7 @@ class KubeServer:
                 expired = True
             else:
                 for event in history:
-                    if event.key == req.rtype.key:
+                    if event.key == req.rtype.store_key:
                         watcher.offer(event)
         response = web.StreamResponse(status=200, headers={"Content-Type": JSON})
         headers = self._headers(req)
@@ -618,7 +629,7 @@ class KubeServer:
                 }
                 return orjson.dumps({"type": event_type, "object": payload})
             if event is not None:
-                data = event.object_bytes(version, render)
+                data = event.object_bytes(rtype.api_version(version), render)
             else:
                 data = orjson.dumps(render(obj))
             return b'{"type":"' + event_type.encode() + b'","object":' + data + b"}"

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 import orjson
 
 from kubesim.api import apply as ssa
-from kubesim.api import builtin_validation, conversion, errors, selectors
+from kubesim.api import builtin_validation, builtins, conversion, errors, selectors
 from kubesim.api import patch as patches
 from kubesim.api.patch import PatchError
 from kubesim.api.registry import Registry, ResourceType, split_api_version
@@ -109,7 +109,7 @@ class Store:
         return bucket
 
     def _raw(self, rtype: ResourceType, namespace: str | None, name: str) -> dict | None:
-        by_ns = self._data.get(rtype.key)
+        by_ns = self._data.get(rtype.store_key)
         if not by_ns:
             return None
         bucket = by_ns.get(namespace or "" if rtype.namespaced else "")
@@ -127,6 +127,8 @@ class Store:
     # ---------------------------------------------------------------- versions
     def render(self, rtype: ResourceType, obj: dict, version: str | None) -> dict:
         """The stored object as seen through `version` (the stored dict itself when no change)."""
+        if rtype.storage_key is not None:
+            return builtins.core_to_events_v1(obj)
         if not version or version == rtype.storage_version:
             return obj
         return self._convert(rtype, obj, version)
@@ -142,6 +144,8 @@ class Store:
         return converted
 
     def _to_storage(self, rtype: ResourceType, obj: dict) -> dict:
+        if rtype.storage_key is not None:
+            return builtins.events_v1_to_core(obj)
         return self._convert(rtype, obj, rtype.storage_version)
 
     # ---------------------------------------------------------------- reads
@@ -180,7 +184,7 @@ class Store:
         start_after: tuple[str, str] | None = None,
     ) -> list[dict]:
         """Stored dicts (read-only!) matching, ordered by (namespace, name) as etcd keys are."""
-        by_ns = self._data.get(rtype.key)
+        by_ns = self._data.get(rtype.store_key)
         if not by_ns:
             return []
         if rtype.namespaced and namespace:
@@ -191,7 +195,7 @@ class Store:
         equality = selectors.equality_index(label_reqs) if label_reqs else None
         if equality is not None:
             # narrow through the label index: only objects carrying key=value are looked at
-            entries = self._labels.get(rtype.key, {}).get(equality)
+            entries = self._labels.get(rtype.store_key, {}).get(equality)
             if not entries:
                 return []
             selected = []
@@ -244,7 +248,7 @@ class Store:
         ]
 
     def count(self, rtype: ResourceType) -> int:
-        return sum(len(bucket) for bucket in self._data.get(rtype.key, {}).values())
+        return sum(len(bucket) for bucket in self._data.get(rtype.store_key, {}).values())
 
     def all_objects(self) -> Iterable[tuple[ResourceType | None, dict]]:
         for key, by_ns in self._data.items():
@@ -338,17 +342,19 @@ class Store:
     def _put(self, rtype: ResourceType, obj: dict, old: dict | None, event_type: str) -> None:
         meta = obj["metadata"]
         namespace = meta.get("namespace", "") if rtype.namespaced else ""
-        bucket = self._bucket(rtype.key, namespace)
+        bucket = self._bucket(rtype.store_key, namespace)
         bucket[meta["name"]] = obj
         self._index_owners(rtype, old, remove=True)
         self._index_owners(rtype, obj)
         old_labels = old["metadata"].get("labels") if old is not None else None
         new_labels = meta.get("labels")
         if old_labels != new_labels:
-            self._index_labels(rtype.key, namespace, meta["name"], old_labels, remove=True)
-            self._index_labels(rtype.key, namespace, meta["name"], new_labels)
+            self._index_labels(rtype.store_key, namespace, meta["name"], old_labels, remove=True)
+            self._index_labels(rtype.store_key, namespace, meta["name"], new_labels)
         self._publish(
-            WatchEvent(int(meta["resourceVersion"]), event_type, rtype.key, namespace, obj, old)
+            WatchEvent(
+                int(meta["resourceVersion"]), event_type, rtype.store_key, namespace, obj, old
+            )
         )
         for listener in self._write_listeners:
             listener(event_type, rtype, obj, old)
@@ -383,7 +389,11 @@ class Store:
         refs = meta.get("ownerReferences")
         if not refs:
             return
-        entry = (rtype.key, meta.get("namespace", "") if rtype.namespaced else "", meta["name"])
+        entry = (
+            rtype.store_key,
+            meta.get("namespace", "") if rtype.namespaced else "",
+            meta["name"],
+        )
         for ref in refs:
             uid = ref.get("uid")
             if not uid:
@@ -459,7 +469,7 @@ class Store:
                     "",
                     [errors.required("metadata.name", "name or generateName is required")],
                 )
-            bucket = self._bucket(rtype.key, ns)
+            bucket = self._bucket(rtype.store_key, ns)
             while True:
                 name = prefix[:58] + "".join(secrets.choice(_GENERATE_ALPHABET) for _ in range(5))
                 if name not in bucket:
@@ -472,7 +482,7 @@ class Store:
         obj = self._admit(rtype, "CREATE", obj, None, field_validation)
         meta = obj["metadata"]
         self._check_namespace(rtype, ns)
-        if meta["name"] in self._data.get(rtype.key, {}).get(ns, {}):
+        if meta["name"] in self._data.get(rtype.store_key, {}).get(ns, {}):
             raise errors.already_exists(rtype.group_resource, meta["name"])
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = self.now()
@@ -869,20 +879,20 @@ class Store:
         """Take the object out of the store and emit DELETED; returns the final object."""
         meta = final["metadata"]
         namespace = meta.get("namespace", "") if rtype.namespaced else ""
-        bucket = self._data.get(rtype.key, {}).get(namespace)
+        bucket = self._data.get(rtype.store_key, {}).get(namespace)
         if bucket is None or bucket.get(meta["name"]) is not old:
             return final
         del bucket[meta["name"]]
         if not bucket:
-            del self._data[rtype.key][namespace]
+            del self._data[rtype.store_key][namespace]
         self._index_owners(rtype, old, remove=True)
         self._index_labels(
-            rtype.key, namespace, meta["name"], old["metadata"].get("labels"), remove=True
+            rtype.store_key, namespace, meta["name"], old["metadata"].get("labels"), remove=True
         )
         gone = dict(final)
         gone["metadata"] = dict(meta)
         gone["metadata"]["resourceVersion"] = self._next_rv()
-        self._publish(WatchEvent(self._rv, "DELETED", rtype.key, namespace, gone, old))
+        self._publish(WatchEvent(self._rv, "DELETED", rtype.store_key, namespace, gone, old))
         for listener in self._write_listeners:
             listener("DELETED", rtype, gone, old)
         # an owner waiting in foreground deletion may now be free to go
@@ -1025,11 +1035,11 @@ class Store:
 
     def remove_all_of_type(self, rtype: ResourceType) -> None:
         """Delete every object of a type (a CRD being removed), emitting DELETED events."""
-        for by_ns in list(self._data.get(rtype.key, {}).values()):
+        for by_ns in list(self._data.get(rtype.store_key, {}).values()):
             for obj in list(by_ns.values()):
                 self._remove(rtype, obj, obj)
-        self._data.pop(rtype.key, None)
-        self._labels.pop(rtype.key, None)
+        self._data.pop(rtype.store_key, None)
+        self._labels.pop(rtype.store_key, None)
 
     # ---------------------------------------------------------------- watch
     def add_watcher(self, watcher: Watcher) -> None:
@@ -1084,7 +1094,7 @@ class Store:
             return Subscription(watcher, render_any)
         rtype = self._rtype(api_version or "", kind)
         version = split_api_version(api_version or "")[1]
-        watcher = Watcher(rtype.key, namespace)
+        watcher = Watcher(rtype.store_key, namespace)
 
         def render(obj: dict) -> dict:
             return deep_copy(self.render(rtype, obj, version))
@@ -1110,9 +1120,9 @@ class Store:
                 continue
             meta = obj["metadata"]
             namespace = meta.get("namespace", "") if rtype.namespaced else ""
-            self._bucket(rtype.key, namespace)[meta["name"]] = obj
+            self._bucket(rtype.store_key, namespace)[meta["name"]] = obj
             self._index_owners(rtype, obj)
-            self._index_labels(rtype.key, namespace, meta["name"], meta.get("labels"))
+            self._index_labels(rtype.store_key, namespace, meta["name"], meta.get("labels"))
         self._rv = max(self._rv, int(state.get("resourceVersion", 0)))
         self._history.clear()
         self._history_floor = self._rv

@@ -1,5 +1,7 @@
 """Built-in kinds through CoreV1Api / BatchV1Api: metadata, concurrency, status, patches."""
 
+import json
+
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -397,3 +399,49 @@ def test_server_side_apply_with_conflicts(core, namespace):
     )
     assert forced.data == {"owned": "2"}
     assert "bob" in {m.manager for m in forced.metadata.managed_fields}
+
+
+def test_events_are_one_store_seen_through_both_apis(kube_client, core, namespace):
+    events_v1 = client.EventsV1Api(kube_client)
+    core.create_namespaced_event(
+        namespace,
+        {
+            "metadata": {"name": "pod-a.1"},
+            "involvedObject": {"kind": "Pod", "name": "pod-a", "namespace": namespace},
+            "reason": "Scheduled",
+            "message": "Successfully assigned",
+            "type": "Normal",
+            "source": {"component": "default-scheduler"},
+            "count": 1,
+        },
+    )
+    # raw JSON: like a real server, legacy events have no eventTime, which the generated
+    # V1Event model refuses to deserialize
+    response = events_v1.list_namespaced_event(
+        namespace, field_selector="regarding.name=pod-a", _preload_content=False
+    )
+    seen = json.loads(response.data)
+    assert seen["apiVersion"] == "events.k8s.io/v1"
+    assert [
+        (e["reason"], e["note"], e["regarding"]["name"], e["deprecatedCount"])
+        for e in seen["items"]
+    ] == [("Scheduled", "Successfully assigned", "pod-a", 1)]
+    events_v1.create_namespaced_event(
+        namespace,
+        {
+            "metadata": {"name": "pod-a.2"},
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "regarding": {"kind": "Pod", "name": "pod-a", "namespace": namespace},
+            "reason": "Started",
+            "note": "Started container",
+            "type": "Normal",
+            "action": "Start",
+            "reportingController": "kubelet",
+            "reportingInstance": "node-1",
+        },
+    )
+    both = core.list_namespaced_event(namespace, field_selector="involvedObject.name=pod-a")
+    assert sorted((e.reason, e.message) for e in both.items) == [
+        ("Scheduled", "Successfully assigned"),
+        ("Started", "Started container"),
+    ]
