@@ -253,10 +253,23 @@ def _score(requests: dict[str, int], node: dict, used: dict[str, int]) -> tuple:
     return (1 if has_gpu else 0, cpu_used, node["metadata"]["name"])
 
 
-def failure_message(num_nodes: int, per_node: dict[str, list[str]]) -> str:
+def failure_message(
+    num_nodes: int, per_node: dict[str, list[str]], *, preemption_policy: str | None = None
+) -> str:
     """kube-scheduler's FitError text, with the preemption post-filter's summary appended."""
     if num_nodes == 0:
         return "no nodes available to schedule pods"
+    if preemption_policy == "Never":
+        filters = ", ".join(
+            sorted(
+                f"{count} {reason}"
+                for reason, count in _histogram(r for reasons in per_node.values() for r in reasons)
+            )
+        )
+        return (
+            f"0/{num_nodes} nodes are available: {filters}. "
+            "preemption: not eligible due to preemptionPolicy=Never."
+        )
     histogram: dict[str, int] = {}
     preemption: dict[str, int] = {}
     for reasons in per_node.values():
@@ -275,6 +288,13 @@ def failure_message(num_nodes: int, per_node: dict[str, list[str]]) -> str:
         f"0/{num_nodes} nodes are available: {filters}. "
         f"preemption: 0/{num_nodes} nodes are available: {post}."
     )
+
+
+def _histogram(reasons) -> list[tuple[str, int]]:
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        counts[reason] = counts.get(reason, 0) + 1
+    return list(counts.items())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -538,7 +558,9 @@ class DefaultScheduler:
                 self.queue.pop(key, None)
                 usage[node_name] = self.tracker.node_usage(node_name)
             else:
-                mark_unschedulable(self.store, current, failure_message(len(nodes), failure))
+                policy = (current.get("spec") or {}).get("preemptionPolicy")
+                message = failure_message(len(nodes), failure, preemption_policy=policy)
+                mark_unschedulable(self.store, current, message)
 
     async def run(self) -> None:
         self.tracker.fed = True

@@ -125,6 +125,12 @@ def test_failure_message_is_a_sorted_histogram_with_the_preemption_summary():
         "6 No preemption victims found for incoming pod."
     )
     assert scheduler.failure_message(0, {}) == "no nodes available to schedule pods"
+    assert scheduler.failure_message(
+        2, {"a": ["Insufficient cpu"], "b": ["Insufficient cpu"]}, preemption_policy="Never"
+    ) == (
+        "0/2 nodes are available: 2 Insufficient cpu. "
+        "preemption: not eligible due to preemptionPolicy=Never."
+    )
 
 
 def test_pod_requests_default_to_limits_and_take_the_largest_init_container():
