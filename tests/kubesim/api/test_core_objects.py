@@ -445,3 +445,26 @@ def test_events_are_one_store_seen_through_both_apis(kube_client, core, namespac
         ("Scheduled", "Successfully assigned"),
         ("Started", "Started container"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("resources", "field"),
+    [
+        (
+            {"limits": {"nvidia.com/gpu": "0.5"}},
+            "spec.containers[0].resources.limits[nvidia.com/gpu]",
+        ),
+        (
+            {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}},
+            "spec.containers[0].resources.requests",
+        ),
+    ],
+)
+def test_gpu_resources_are_validated_on_pods(core, namespace, resources, field):
+    body = _pod("gpu")
+    body["spec"]["containers"][0]["resources"] = resources
+    with pytest.raises(ApiException) as excinfo:
+        core.create_namespaced_pod(namespace, body)
+    assert excinfo.value.status == 422
+    causes = json.loads(excinfo.value.body)["details"]["causes"]
+    assert field in [c["field"] for c in causes]

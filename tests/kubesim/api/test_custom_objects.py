@@ -336,3 +336,23 @@ def test_pod_table_columns(kubesim_api, core, namespace):
     names = [c["name"] for c in table["columnDefinitions"] if c["priority"] == 0]
     assert names == ["Name", "Ready", "Status", "Restarts", "Age"]
     assert table["rows"][0]["cells"][:4] == ["p", "0/2", "Pending", "0"]
+
+
+def test_negative_quota_is_rejected_by_the_kueue_webhook(kubesim):
+    """With the simulated cluster, Kueue's validating webhook runs as on a real install; like
+    controller-runtime webhooks, its denial is a 403 whose message names the field."""
+    api = kubesim.api_client()
+    try:
+        with pytest.raises(ApiException) as excinfo:
+            client.CustomObjectsApi(api).create_cluster_custom_object(
+                KUEUE, "v1beta2", "clusterqueues", _cq(_name("neg"), quota="-5")
+            )
+    finally:
+        api.close()
+    assert excinfo.value.status == 403
+    message = json.loads(excinfo.value.body)["message"]
+    assert message.startswith("admission webhook ")
+    assert (
+        'spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: Invalid value: "-5": '
+        "must be greater than or equal to 0"
+    ) in message
