@@ -258,19 +258,24 @@ def _quota_pairs(quota: dict, prefix: str) -> str:
 
 
 def _job_status(job: dict) -> str:
-    for condition in (job.get("status") or {}).get("conditions") or []:
-        if condition.get("status") != "True":
-            continue
-        if condition.get("type") == "Complete":
-            return "Complete"
-        if condition.get("type") == "Failed":
-            return "Failed"
-        if condition.get("type") == "FailureTarget":
-            return "FailureTarget"
-        if condition.get("type") == "SuccessCriteriaMet":
-            return "SuccessCriteriaMet"
-    if (job.get("spec") or {}).get("suspend"):
+    """The STATUS column of `kubectl get jobs`, conditions checked in kube-apiserver's order."""
+    true = {
+        c.get("type")
+        for c in (job.get("status") or {}).get("conditions") or []
+        if c.get("status") == "True"
+    }
+    if "Complete" in true:
+        return "Complete"
+    if "Failed" in true:
+        return "Failed"
+    if job.get("metadata", {}).get("deletionTimestamp"):
+        return "Terminating"
+    if "Suspended" in true:
         return "Suspended"
+    if "FailureTarget" in true:
+        return "FailureTarget"
+    if "SuccessCriteriaMet" in true:
+        return "SuccessCriteriaMet"
     return "Running"
 
 
