@@ -226,7 +226,10 @@ class JobController:
             uid = meta.get("uid")
             if uid:
                 self.jobs.pop(uid, None)
-                self.pods.pop(uid, None)
+                # Orphaned or garbage-collected pods must not be held by the tracking finalizer.
+                for pod in list(self.pods.pop(uid, {}).values()):
+                    if TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+                        self._remove_finalizer(pod)
             return
         self.jobs[meta["uid"]] = key
         self.enqueue(key)
@@ -245,6 +248,13 @@ class JobController:
         job_key = self.jobs.get(owner)
         if job_key is not None:
             self.enqueue(job_key)
+        elif (
+            event_type != "DELETED"
+            and meta.get("deletionTimestamp")
+            and TRACKING_FINALIZER in (meta.get("finalizers") or [])
+            and self._owner_gone(pod, owner)
+        ):
+            self._remove_finalizer(pod)
 
     async def loop(self) -> None:
         while True:
@@ -508,6 +518,11 @@ class JobController:
             self._delete_pod(job, pod)
         for index in create_indexes:
             self._create_pod(job, index)
+
+    def _owner_gone(self, pod: dict, owner_uid: str) -> bool:
+        ref = next(r for r in pod["metadata"]["ownerReferences"] if r.get("uid") == owner_uid)
+        job = self.store.try_get("batch/v1", "Job", pod["metadata"].get("namespace"), ref["name"])
+        return job is None or job["metadata"].get("uid") != owner_uid
 
     def _expire(self, job: dict, key: tuple[str, str]) -> None:
         """The TTL-after-finished controller: delete a finished Job once its TTL has passed."""

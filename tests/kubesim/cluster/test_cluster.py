@@ -727,3 +727,19 @@ def test_priority_class_admission(api_client, core, namespace):
     assert err.value.status == 403
     assert "no PriorityClass with name no-such-class was found" in err.value.body
     scheduling.delete_priority_class(f"{namespace}-high")
+
+
+def test_deleting_a_job_deletes_its_pods(core, batch, namespace, sim):
+    batch.create_namespaced_job(
+        namespace, job_manifest("doomed", "sleep 100000", completions=2, parallelism=2)
+    )
+    wait_for(
+        lambda: (
+            len([p for p in job_pods(core, namespace, "doomed") if p.status.phase == "Running"])
+            == 2
+        )
+    )
+    kubectl(sim, "delete", "job", "doomed", "-n", namespace, "--wait=false")
+    wait_for(
+        lambda: not job_pods(core, namespace, "doomed"), timeout=20, message="pods left behind"
+    )
