@@ -173,12 +173,10 @@ class JobViewSet(
                 "manifests": outcome.manifests,
             }
             return Response(body, status=status.HTTP_200_OK)
-        job = outcome.job
-        out = JobDetailSerializer(
-            Job.objects.select_related("project", "submitter", "pool").get(pk=job.pk),
-            context=self.get_serializer_context(),
-        )
-        return Response(out.data, status=status.HTTP_201_CREATED)
+        # The stored job as it is in memory (no re-read): its one event is the submission.
+        data = JobSerializer(outcome.job, context=self.get_serializer_context()).data
+        data["events"] = JobEventSerializer(outcome.events, many=True).data
+        return Response(data, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses={(200, "application/yaml"): OpenApiTypes.STR})
     @action(detail=True, methods=["get"], renderer_classes=[YamlRenderer, JSONRenderer])

@@ -6,7 +6,7 @@ write their own JobEvent rows and enqueue reconciliation only after the transact
 
 import logging
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -19,7 +19,7 @@ from jobs.states import JobState, can_transition, sources_for
 from jobs.validation import JobRequest, ValidationResult, validate_job_request
 from quotas.models import GpuPool
 from tenants.models import Project
-from tenants.permissions import can_view, can_write
+from tenants.permissions import WRITER_ROLES, can_write, is_staff, role_in
 
 log = logging.getLogger(__name__)
 
@@ -107,18 +107,21 @@ def _send(task, job_id: int) -> None:
 class SubmitOutcome:
     job: Job | None
     validation: ValidationResult
-    manifests: list[dict[str, Any]]
+    manifests: list[dict[str, Any]]  # rendered for dry runs
+    events: list[JobEvent] = field(default_factory=list)
 
 
-def _visible_project(actor: Any, project: Project | str) -> Project:
-    if isinstance(project, str):
-        found = Project.objects.filter(slug=project).first()
-        if found is None or not can_view(actor, found):
-            raise ValidationError({"project": [f"No project {project!r} that you belong to."]})
-        project = found
-    elif not can_view(actor, project):
-        raise ValidationError({"project": [f"No project {project.slug!r} that you belong to."]})
-    return project
+def _writable_project(actor: Any, project: Project | str) -> Project:
+    """The project if the actor may submit to it: ValidationError when they cannot see it (the
+    same answer as a missing project), PermissionDenied when they only view it."""
+    slug = project if isinstance(project, str) else project.slug
+    found = Project.objects.filter(slug=slug).first() if isinstance(project, str) else project
+    role = role_in(actor, found) if found is not None else None
+    if found is None or (role is None and not is_staff(actor)):
+        raise ValidationError({"project": [f"No project {slug!r} that you belong to."]})
+    if not (is_staff(actor) or role in WRITER_ROLES):
+        raise PermissionDenied(f"Your role in project '{slug}' cannot submit jobs.")
+    return found
 
 
 def _generated_name(kind: str) -> str:
@@ -138,9 +141,7 @@ def job_submit(
     Raises ValidationError ({field: [messages]}) for bad input (unless dry_run, which returns
     the errors), PermissionDenied for a viewer.
     """
-    project = _visible_project(actor, project)
-    if not can_write(actor, project):
-        raise PermissionDenied(f"Your role in project '{project.slug}' cannot submit jobs.")
+    project = _writable_project(actor, project)
     kind = data.get("kind") or ""
     backend = data.get("backend") or (project.default_gang_backend if kind == "gang" else "")
     request = JobRequest(
@@ -195,7 +196,7 @@ def job_submit(
     try:
         with transaction.atomic():
             job.save()
-            JobEvent.objects.create(
+            event = JobEvent.objects.create(
                 job=job,
                 from_state="",
                 to_state=JobState.SUBMITTED,
@@ -209,7 +210,7 @@ def job_submit(
         raise ValidationError(
             {"name": [f"A job named {name!r} is already active in project {project.slug}."]}
         ) from exc
-    return SubmitOutcome(job=job, validation=result, manifests=job_manifests(job))
+    return SubmitOutcome(job=job, validation=result, manifests=[], events=[event])
 
 
 def job_cancel(*, actor: Any, job: Job, source: str = "api") -> Job:

@@ -1,0 +1,344 @@
+"""Benchmark: submitting single-GPU jobs through the portal, end to end, against one kubesim.
+
+Prints, for N jobs (default 1,000) over P projects (default 10):
+  1. the rate from REST POST to the batch Job present in the cluster, API pacing off
+     (gunicorn → PostgreSQL → Redis → Celery worker → kubesim), beside the rate of creating the
+     same manifests directly with the python client, and their ratio (target ≥ 0.5);
+  2. the time to drain the same backlog with the default pacing (20 requests/s, bursts of 40,
+     per worker process);
+  3. p50/p99 latency of the POST itself (target p99 ≤ 100 ms).
+
+Needs PostgreSQL and Redis (as `make test`); uses its own database (gpportal_bench) and Redis
+db 12, and starts kubesim (API only, CRDs loaded), gunicorn and Celery workers itself.
+
+    .venv/bin/python bench/submit.py [--jobs 1000] [--projects 10] [--workers 2]
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+DB_NAME = "gpportal_bench"
+DATABASE_URL = os.environ.get("BENCH_DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{DB_NAME}")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
+IMAGE = "nvcr.io/nvidia/pytorch:24.08-py3"
+
+
+def ensure_database() -> None:
+    import psycopg
+
+    admin_url = DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,)).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+
+
+def setup_django(kubeconfig: Path) -> None:
+    os.environ["DATABASE_URL"] = DATABASE_URL
+    os.environ["CELERY_BROKER_URL"] = REDIS_URL
+    os.environ["KUBECONFIG"] = str(kubeconfig)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.bench_settings"
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def seed(projects: int):
+    """A department, an H100 pool, P projects with generous quota, one member; fresh each run."""
+    from django.contrib.auth import get_user_model
+    from knox.models import AuthToken
+
+    from jobs.models import Job, JobEvent
+    from quotas.models import GpuPool, PriorityClass, ProjectQuota
+    from tenants.models import Department, Membership, Project
+
+    JobEvent.objects.all().delete()
+    Job.objects.all().delete()
+    Project.objects.filter(slug__startswith="bench-").delete()
+    department, _ = Department.objects.get_or_create(slug="bench", defaults={"name": "Bench"})
+    pool, _ = GpuPool.objects.get_or_create(
+        slug="bench-h100",
+        defaults={
+            "name": "Bench H100",
+            "gpu_model": "NVIDIA-H100-80GB-HBM3",
+            "node_labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+            "node_count": 1000,
+            "gpus_per_node": 8,
+        },
+    )
+    for name, value, preemptible in (
+        ("high", 1000, False),
+        ("normal", 500, True),
+        ("low", 100, True),
+    ):
+        PriorityClass.objects.get_or_create(
+            name=name, defaults={"value": value, "preemptible": preemptible}
+        )
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    slugs = []
+    for i in range(projects):
+        project = Project.objects.create(
+            slug=f"bench-{i}", name=f"Bench {i}", department=department
+        )
+        ProjectQuota.objects.create(project=project, pool=pool, resource="gpu", nominal=8000)
+        Membership.objects.create(user=user, project=project, role="member")
+        slugs.append(project.slug)
+    _, token = AuthToken.objects.create(user)
+    return slugs, token
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env(kubeconfig: Path, qps: float) -> dict:
+    return {
+        **os.environ,
+        "DATABASE_URL": DATABASE_URL,
+        "CELERY_BROKER_URL": REDIS_URL,
+        "KUBECONFIG": str(kubeconfig),
+        "DJANGO_SETTINGS_MODULE": "bench.bench_settings",
+        "PORTAL_KUBE_QPS": str(qps),
+        "PYTHONPATH": str(REPO),
+        "DEBUG": "false",
+        "SECRET_KEY": "bench-only-secret-key-not-for-production-use-0123456789",
+        "SECURE_SSL_REDIRECT": "false",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "LOG_LEVEL": "WARNING",
+        # Persistent database connections, as production should run.
+        "CONN_MAX_AGE": "60",
+    }
+
+
+def start(argv: list[str], env: dict, log: Path, ready: bytes | None = None) -> subprocess.Popen:
+    out = open(log, "ab")  # noqa: SIM115 - the child keeps it
+    process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while ready and ready not in log.read_bytes():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{argv[0]} did not start:\n{log.read_text()[-2000:]}")
+        time.sleep(0.2)
+    return process
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def count_jobs(namespaces: list[str]) -> int:
+    from portal.kube import apply as kube
+
+    return sum(len(kube.list_owned("batch/v1", "Job", namespace=ns)) for ns in namespaces)
+
+
+def wait_for_count(namespaces: list[str], target: int, timeout: float = 1800) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if count_jobs(namespaces) >= target:
+            return time.monotonic()
+        time.sleep(0.25)
+    raise RuntimeError(f"only {count_jobs(namespaces)} of {target} Jobs arrived")
+
+
+def post_jobs(
+    base_url: str, token: str, slugs: list[str], count: int, tag: str, clients: int = 1
+) -> list[float]:
+    """POST `count` jobs from `clients` concurrent keep-alive sessions; the latencies."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import requests
+
+    def run(offset: int) -> list[float]:
+        session = requests.Session()
+        session.headers["Authorization"] = f"Token {token}"
+        latencies = []
+        for i in range(offset, count, clients):
+            body = {
+                "project": slugs[i % len(slugs)],
+                "name": f"{tag}-{i}",
+                "kind": "single",
+                "image": IMAGE,
+                "command": ["python", "train.py"],
+                "gpus": 1,
+            }
+            t0 = time.perf_counter()
+            response = session.post(f"{base_url}/api/v1/jobs/", json=body, timeout=30)
+            latencies.append(time.perf_counter() - t0)
+            if response.status_code != 201:
+                raise RuntimeError(f"POST answered {response.status_code}: {response.text[:500]}")
+        return latencies
+
+    with ThreadPoolExecutor(clients) as pool:
+        return [x for part in pool.map(run, range(clients)) for x in part]
+
+
+def direct_rate(count: int, slugs: list[str]) -> float:
+    """The same single-GPU manifests created straight with the python client, one thread."""
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    from jobs.manifests import JobManifestInput, build_job_manifests
+
+    api = k8s.BatchV1Api(k8s_config.new_client_from_config(config_file=os.environ["KUBECONFIG"]))
+    bodies = []
+    for i in range(count):
+        slug = slugs[i % len(slugs)]
+        spec = JobManifestInput(
+            job_id=10_000_000 + i,
+            name=f"direct-{i}",
+            project_slug=slug,
+            namespace=f"gp-{slug}",
+            kind="single",
+            backend="kueue",
+            image=IMAGE,
+            command=("python", "train.py"),
+            env={},
+            gpus=1,
+            mig_resource="",
+            replicas=1,
+            cpu="8",
+            memory="64Gi",
+            priority="normal",
+            max_runtime_seconds=86400,
+        )
+        (job,) = build_job_manifests(spec)
+        job["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "bench-direct"
+        bodies.append(job)
+    t0 = time.perf_counter()
+    for job in bodies:
+        api.create_namespaced_job(job["metadata"]["namespace"], job)
+    return count / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--projects", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    parser.add_argument("--clients", type=int, default=4, help="concurrent POST clients (phase 1)")
+    parser.add_argument("--web", type=int, default=2, help="gunicorn worker processes")
+    args = parser.parse_args()
+
+    from kubesim.testing import KubesimProcess, shared_crds_dir
+
+    ensure_database()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-submit-"))
+    with KubesimProcess(crds=[shared_crds_dir()], no_cluster=True, workdir=workdir / "ks") as ks:
+        setup_django(ks.kubeconfig)
+        import redis
+
+        redis.Redis.from_url(REDIS_URL).flushdb()
+        from quotas.sync import sync_quota_objects
+
+        slugs, token = seed(args.projects)
+        sync_quota_objects()
+        namespaces = [f"gp-{s}" for s in slugs]
+        port = free_port()
+        base_url = f"http://127.0.0.1:{port}"
+        bin_dir = Path(sys.executable).parent
+        web = start(
+            [
+                str(bin_dir / "gunicorn"),
+                "portal.wsgi:application",
+                "-b",
+                f"127.0.0.1:{port}",
+                "-w",
+                "2",
+                "--log-level",
+                "warning",
+            ],
+            child_env(ks.kubeconfig, 0),
+            workdir / "web.log",
+        )
+        time.sleep(2)
+
+        def worker(qps: float, n: int) -> subprocess.Popen:
+            return start(
+                [
+                    str(bin_dir / "celery"),
+                    "-A",
+                    "portal",
+                    "worker",
+                    "-l",
+                    "INFO",
+                    "-c",
+                    str(args.workers),
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                    "-n",
+                    f"bench{n}@%h",
+                ],
+                child_env(ks.kubeconfig, qps),
+                workdir / f"worker-{n}.log",
+                ready=b" ready.",
+            )
+
+        try:
+            # 1. Pacing off: POST → object in the cluster.
+            celery = worker(0, 1)
+            t0 = time.monotonic()
+            post_jobs(base_url, token, slugs, args.jobs, "off", clients=args.clients)
+            posted = time.monotonic()
+            done = wait_for_count(namespaces, args.jobs)
+            portal_rate = args.jobs / (done - t0)
+            stop(celery)
+
+            # 2. The same backlog with the default pacing: queue everything, then drain.
+            redis.Redis.from_url(REDIS_URL).flushdb()
+            # One client, sequential: the latency of a POST on its own.
+            latencies = post_jobs(base_url, token, slugs, args.jobs, "paced")
+            celery = worker(20, 2)
+            t1 = time.monotonic()
+            drained = wait_for_count(namespaces, 2 * args.jobs) - t1
+            stop(celery)
+        finally:
+            stop(web)
+
+        direct = direct_rate(args.jobs, slugs)
+        ms = sorted(x * 1000 for x in latencies)
+        p50 = statistics.median(ms)
+        p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
+        print(
+            f"jobs: {args.jobs} single-GPU over {args.projects} projects; "
+            f"{args.workers} worker processes; kubesim API only (--no-cluster)"
+        )
+        print(
+            f"portal, pacing off: {portal_rate:8.1f} jobs/s POST→object in cluster "
+            f"(POSTs done after {posted - t0:.1f} s)"
+        )
+        print(f"direct python client: {direct:6.1f} objects/s (one thread, create)")
+        print(f"ratio portal/direct: {portal_rate / direct:8.2f}   (target ≥ 0.50)")
+        print(
+            f"drain {args.jobs} queued jobs at default pacing "
+            f"(20/s, burst 40 per process): {drained:.1f} s"
+        )
+        print(
+            f"POST latency: p50 {p50:.1f} ms, p99 {p99:.1f} ms over {len(ms)} POSTs "
+            f"(target p99 ≤ 100 ms)"
+        )
+
+
+if __name__ == "__main__":
+    main()
