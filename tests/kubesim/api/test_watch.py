@@ -224,3 +224,30 @@ def test_custom_object_watch_through_the_deprecated_version(custom):
     assert event["type"] == "ADDED"
     assert event["object"]["apiVersion"] == "kueue.x-k8s.io/v1beta1"
     assert event["object"]["spec"]["cohort"] == "blue"
+
+
+def test_shared_informer_lists_watches_and_relists_after_410(core, namespace, kubesim_api):
+    """kubernetes.informer.SharedInformer (client 36) keeps its cache right through a 410."""
+    from kubernetes.informer import SharedInformer
+    from kubernetes.informer.informer import ADDED
+
+    from kubesim.testing import wait_for
+
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "first"}})
+    informer = SharedInformer(core.list_namespaced_config_map, namespace=namespace)
+    added: list[str] = []
+    informer.add_event_handler(ADDED, lambda obj: added.append(obj.metadata.name))
+    informer.start()
+    try:
+        wait_for(lambda: "first" in added, timeout=10)
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": "second"}})
+        wait_for(lambda: "second" in added, timeout=10)
+        # history lost and the watch cut: the informer must re-list to see "third"
+        core.create_namespaced_secret(namespace, {"metadata": {"name": "move-on"}})
+        kubesim_api.admin("/kubesim/faults", {"expire_history": True, "close_watches": True})
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": "third"}})
+        wait_for(lambda: "third" in added, timeout=20)
+        names = sorted(o.metadata.name for o in informer.cache.list())
+        assert names == ["first", "second", "third"]
+    finally:
+        informer.stop()
