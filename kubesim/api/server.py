@@ -18,7 +18,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from kubesim.api import errors, selectors, tables
+from kubesim.api import errors, protobuf, selectors, tables
 from kubesim.api.builtins import EVENT_FIELDS_V1_TO_CORE
 from kubesim.api.discovery import Discovery, version_info
 from kubesim.api.openapi import OpenAPI
@@ -343,14 +343,18 @@ class KubeServer:
         if not raw:
             raise errors.bad_request("the request body is empty")
         content_type = request.content_type
-        if "protobuf" in content_type or "cbor" in content_type:
-            # kubesim speaks JSON only (as for CRDs on a real server); clients fall back on 415
-            raise errors.ApiError(
-                415,
-                errors.REASON_UNSUPPORTED_MEDIA_TYPE,
-                f"the body of the request was in an unknown format - accepted media types "
-                f'include: application/json, application/yaml (got "{content_type}")',
-            )
+        if "protobuf" in content_type:
+            # kubectl's typed clients (create namespace/configmap/secret/serviceaccount)
+            try:
+                return protobuf.decode(raw)
+            except protobuf.ProtobufError as exc:
+                raise errors.ApiError(
+                    415,
+                    errors.REASON_UNSUPPORTED_MEDIA_TYPE,
+                    f"kubesim accepts JSON and YAML bodies ({exc}); send application/json",
+                ) from None
+        if "cbor" in content_type:
+            raise errors.unsupported_media_type(content_type)
         try:
             if "yaml" in content_type:
                 body = yaml.safe_load(raw)
