@@ -743,3 +743,17 @@ def test_deleting_a_job_deletes_its_pods(core, batch, namespace, sim):
     wait_for(
         lambda: not job_pods(core, namespace, "doomed"), timeout=20, message="pods left behind"
     )
+
+
+def test_new_pods_get_the_api_defaults_and_default_tolerations(core, namespace):
+    pod = core.create_namespaced_pod(namespace, pod_manifest("defaults", ["sleep", "1"]))
+    container = pod.spec.containers[0]
+    assert container.image_pull_policy == "IfNotPresent"  # busybox:1.36 has a tag
+    assert container.termination_message_path == "/dev/termination-log"
+    assert pod.spec.scheduler_name == "default-scheduler"
+    assert pod.spec.service_account_name == "default"
+    assert pod.spec.termination_grace_period_seconds == 30
+    tolerations = {(t.key, t.effect, t.toleration_seconds) for t in pod.spec.tolerations}
+    assert ("node.kubernetes.io/not-ready", "NoExecute", 300) in tolerations
+    assert ("node.kubernetes.io/unreachable", "NoExecute", 300) in tolerations
+    assert ("nvidia.com/gpu", "NoSchedule", None) in tolerations

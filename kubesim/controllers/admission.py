@@ -1,0 +1,64 @@
+"""What kube-apiserver adds to a new pod before the scheduler sees it: the API defaults for pod and
+container fields, the ServiceAccount admission's default account, and the DefaultTolerationSeconds
+admission plugin's NoExecute tolerations for not-ready and unreachable nodes (300 s)."""
+
+from __future__ import annotations
+
+DEFAULT_TOLERATION_SECONDS = 300
+NODE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def _image_pull_policy(image: str) -> str:
+    last = (image or "").split("@")[0].rsplit("/", 1)[-1]
+    if "@" in (image or ""):
+        return "IfNotPresent"
+    if ":" not in last or last.endswith(":latest"):
+        return "Always"
+    return "IfNotPresent"
+
+
+def _default_container(container: dict) -> None:
+    container.setdefault("imagePullPolicy", _image_pull_policy(container.get("image", "")))
+    container.setdefault("terminationMessagePath", "/dev/termination-log")
+    container.setdefault("terminationMessagePolicy", "File")
+    container.setdefault("resources", {})
+    for port in container.get("ports") or []:
+        port.setdefault("protocol", "TCP")
+
+
+def pod_defaults(operation: str, pod: dict, old: dict | None) -> None:
+    if operation != "CREATE":
+        return
+    spec = pod.setdefault("spec", {})
+    for key in ("initContainers", "containers"):
+        for container in spec.get(key) or []:
+            _default_container(container)
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("enableServiceLinks", True)
+    account = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+    spec["serviceAccountName"] = account
+    spec["serviceAccount"] = account
+    tolerations = spec.get("tolerations") or []
+    for key in NODE_TAINTS:
+        if not any(
+            (t.get("key") == key or (not t.get("key") and t.get("operator") == "Exists"))
+            and t.get("effect") in (None, "", "NoExecute")
+            for t in tolerations
+        ):
+            tolerations.append(
+                {
+                    "key": key,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
+                }
+            )
+    spec["tolerations"] = tolerations
+
+
+def install(ctx) -> None:
+    ctx.store.add_admission_hook("v1", "Pod", pod_defaults)
