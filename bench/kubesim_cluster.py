@@ -2,13 +2,13 @@
 
 30 ClusterQueues in 5 cohorts (6 each; per CQ nominal 8 GPUs and 14 MIG 1g.10gb slices,
 borrowingLimit 16 GPUs / 28 slices, reclaimWithinCohort Any, withinClusterQueue LowerPriority, as
-Kueue's own baseline), 1,500 batch/v1 Jobs (per CQ: 18 x 1 GPU and 17 x 1 MIG slice at priority 50,
-10 x 2 GPUs at 100, 5 x 4 GPUs at 200; 600/600/1200/2400 simulated seconds) submitted at once against a
-kubesim at --speed 100 whose nodes can hold every admitted pod (30 full 8 x H100 nodes, 8 H100 nodes
-with all GPUs as 7 x 1g.10gb). Prints the wall time until every Workload was admitted and until
-every one finished (target: finished within 5 minutes), the kubesim process's CPU time, and checks
-that, within each ClusterQueue and job shape, no Workload was first admitted while a Workload that
-ranks before it (higher priority, or equal priority and created earlier) was waiting.
+Kueue's own baseline), 1,500 batch/v1 Jobs (per CQ: 18 x 1 GPU and 17 x 1 MIG slice at priority
+50, 10 x 2 GPUs at 100, 5 x 4 GPUs at 200; 600/600/1200/2400 simulated seconds) submitted at once
+against a kubesim at --speed 100 whose nodes can hold every admitted pod (30 full 8 x H100 nodes,
+8 H100 nodes with all GPUs as 7 x 1g.10gb). Prints the wall time until every Workload was admitted
+and until every one finished (target: finished within 5 minutes), the kubesim process's CPU time,
+and checks that, within each ClusterQueue and job shape, no Workload was first admitted while a
+Workload that ranks before it (higher priority, or equal priority and created earlier) waited.
 
     .venv/bin/python bench/kubesim_cluster.py [--speed 100] [--jobs-per-cq 50]
 """

@@ -241,6 +241,7 @@ class KueueController:
         self.timer_at: dict[tuple[str, str], float] = {}
         self.sequence = itertools.count()
         self.first_seen: dict[tuple[str, str], int] = {}
+        self.job_sequence: dict[str, int] = {}  # creation order of Jobs, for FIFO ties
         self.written_status: dict[tuple, str] = {}
         self.pending_messages: dict[tuple[str, str], str] = {}
         self.inadmissible: dict[tuple[str, str], tuple[str, str]] = {}
@@ -295,6 +296,8 @@ class KueueController:
             else:
                 self.jobs[key] = obj
                 self.job_by_uid[uid] = key
+                if uid not in self.job_sequence:
+                    self.job_sequence[uid] = next(self.sequence)
             self.dirty_jobs.add(key)
         elif group == GROUP:
             if kind == "Workload":
@@ -556,6 +559,14 @@ class KueueController:
                 await asyncio.sleep(0.1)
                 self.wake.set()
 
+    def _in_creation_order(self, keys) -> list[tuple[str, str]]:
+        def order(key):
+            job = self.jobs.get(key)
+            uid = job["metadata"].get("uid") if job else None
+            return (self.job_sequence.get(uid, 0), key)
+
+        return sorted(keys, key=order)
+
     def _timer(self, at: float, key: tuple[str, str]) -> None:
         current = self.timer_at.get(key)
         if current is not None and current <= at:
@@ -579,7 +590,7 @@ class KueueController:
             if not (self.dirty_jobs or self.dirty_workloads):
                 break
             jobs, self.dirty_jobs = self.dirty_jobs, set()
-            for key in jobs:
+            for key in self._in_creation_order(jobs):
                 self._reconcile_job(key)
             workloads, self.dirty_workloads = self.dirty_workloads, set()
             for key in workloads:
@@ -590,7 +601,7 @@ class KueueController:
             if not self.dirty_jobs:
                 break
             jobs, self.dirty_jobs = self.dirty_jobs, set()
-            for key in jobs:
+            for key in self._in_creation_order(jobs):
                 self._reconcile_job(key)
             workloads, self.dirty_workloads = self.dirty_workloads, set()
             for key in workloads:
@@ -1067,7 +1078,10 @@ class KueueController:
             local_queue=lq_name,
             priority=int(spec.get("priority") or 0),
             timestamp=timestamp,
-            sequence=self.first_seen.get(key, 0),
+            sequence=self.job_sequence.get(
+                (obj["metadata"].get("labels") or {}).get(JOB_UID_LABEL, ""),
+                self.first_seen.get(key, 0),
+            ),
             podsets=podsets,
             job_uid=(obj["metadata"].get("labels") or {}).get(JOB_UID_LABEL, ""),
             usage=usage,

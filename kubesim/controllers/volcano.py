@@ -885,7 +885,9 @@ class VolcanoController:
             queue = self.queues.get(queue_name)
             if queue is None or ((queue.get("status") or {}).get("state") or "Open") != "Open":
                 continue
-            short = self._capability_shortfall(queue_name, minimum, queue_allocated, queue_inqueue)
+            short = self._capability_shortfall(
+                queue_name, minimum, queue_allocated, queue_inqueue, allocatable
+            )
             if short:
                 self._pg_event(
                     pg,
@@ -975,8 +977,30 @@ class VolcanoController:
             if len(scheduled) >= min_member and phase != "Running" and min_member > 0:
                 self._set_scheduled(pg)
 
-    def _capability_shortfall(self, queue_name, minimum, allocated, inqueue) -> list[str]:
+    def _capability_shortfall(
+        self, queue_name, minimum, allocated, inqueue, cluster_total
+    ) -> list[str]:
+        """Resources for which minResources + allocated + inqueue would pass the queue's real
+        capability: min(capability, cluster total - the other queues' guarantees) (proportion
+        plugin), checked up the parent chain."""
         short: set[str] = set()
+        guarantees: dict[str, int] = {}
+        for other, queue in self.queues.items():
+            if other == queue_name or other in self._ancestors(queue_name):
+                continue
+            _add(
+                guarantees,
+                _parse_list(((queue.get("spec") or {}).get("guarantee") or {}).get("resource")),
+            )
+        leaf_in_use = {
+            r: allocated.get(queue_name, {}).get(r, 0) + inqueue.get(queue_name, {}).get(r, 0)
+            for r in minimum
+        }
+        for resource, amount in minimum.items():
+            if amount <= 0 or resource not in guarantees or resource not in cluster_total:
+                continue
+            if amount + leaf_in_use[resource] > cluster_total[resource] - guarantees[resource]:
+                short.add(resource)
         seen = set()
         name = queue_name
         while name and name not in seen:
@@ -997,6 +1021,14 @@ class VolcanoController:
                     short.add(resource)
             name = (queue.get("spec") or {}).get("parent")
         return sorted(short)
+
+    def _ancestors(self, name: str) -> set[str]:
+        found: set[str] = set()
+        parent = ((self.queues.get(name) or {}).get("spec") or {}).get("parent")
+        while parent and parent not in found:
+            found.add(parent)
+            parent = ((self.queues.get(parent) or {}).get("spec") or {}).get("parent")
+        return found
 
     def _subtree(self, name: str) -> set[str]:
         result = {name}

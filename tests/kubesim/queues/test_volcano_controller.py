@@ -282,3 +282,22 @@ def test_min_resources_are_the_first_min_available_pods():
     spec["tasks"][1]["minAvailable"] = 1
     assert min_resources_of(spec)[GPU] == 3000
     assert min_resources_of(spec)["pods"] == 2000
+
+
+def test_other_queues_guarantees_are_not_available(volcano):
+    ctx, controller = volcano
+    store = ctx.store
+    store.create(
+        {
+            "apiVersion": PG_API,
+            "kind": "Queue",
+            "metadata": {"name": "reserved"},
+            "spec": {"guarantee": {"resource": {GPU: "12"}}},
+        }
+    )
+    job = vcjob(store, "greedy", [task("main", 1, 8)])
+    controller.reconcile()
+    controller.reconcile()
+    # 16 GPUs in the cluster, 12 guaranteed to another queue: 8 cannot be enqueued here.
+    assert podgroup(store, job)["status"]["phase"] == "Pending"
+    assert pods_of(store, "greedy") == []
