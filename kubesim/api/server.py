@@ -51,6 +51,20 @@ def error_response(exc: errors.ApiError) -> web.Response:
     return _json_response(exc.status(), status=exc.code)
 
 
+class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """YAML as Kubernetes reads it: timestamps stay strings (no datetime objects)."""
+
+
+_YamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _load_yaml(raw: bytes):
+    return yaml.load(raw, Loader=_YamlLoader)  # noqa: S506 - a safe loader subclass
+
+
 def _event_field_to_core(path: str) -> str:
     first, dot, rest = path.partition(".")
     return EVENT_FIELDS_V1_TO_CORE.get(first, first) + dot + rest
@@ -357,7 +371,7 @@ class KubeServer:
             raise errors.unsupported_media_type(content_type)
         try:
             if "yaml" in content_type:
-                body = yaml.safe_load(raw)
+                body = _load_yaml(raw)
             else:
                 body = orjson.loads(raw)
         except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
@@ -774,7 +788,7 @@ class KubeServer:
         raw = await request.read()
         try:
             if patch_type == "apply":
-                body = yaml.safe_load(raw) if raw else None
+                body = _load_yaml(raw) if raw else None
             else:
                 body = orjson.loads(raw) if raw else None
         except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
