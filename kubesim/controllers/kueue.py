@@ -975,12 +975,26 @@ class KueueController:
             self.engine.remove(key)
             return
         reserved = _is_true(obj, "QuotaReserved") and status.get("admission")
-        if spec.get("active") is False and not reserved:
-            self.engine.remove(key)
+        requeued = _cond(obj, "Requeued")
+        if spec.get("active") is False:
+            # Deactivated (e.g. by the portal to stop a job): evict, never requeue.
+            if not _is_true(obj, "Evicted"):
+                self._evict(obj, "Deactivated", "The workload is deactivated")
+                return
+            if not reserved:
+                self.engine.remove(key)
+                return
+        elif (
+            requeued
+            and requeued.get("status") == "False"
+            and requeued.get("reason") == ("Deactivated")
+        ):
+            self._patch_conditions(
+                obj, [_condition("Requeued", True, "Reactivated", "The workload was reactivated")]
+            )
             return
         # Requeue backoff after a PodsReady timeout.
         requeue_at = _parse_time((status.get("requeueState") or {}).get("requeueAt"))
-        requeued = _cond(obj, "Requeued")
         if not reserved and requeued and requeued.get("status") == "False" and requeue_at:
             if requeue_at > now:
                 self._timer(requeue_at, key)

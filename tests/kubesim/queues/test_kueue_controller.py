@@ -455,3 +455,28 @@ def test_webhooks_answer_like_kueue(kueue):
         "ErrWorkloadCompose",
         'workloadpriorityclasses.kueue.x-k8s.io "missing" not found',
     ) in events_for(store, job)
+
+
+def test_deactivating_a_workload_stops_its_job_and_frees_the_quota(kueue):
+    ctx, controller = kueue
+    store = ctx.store
+    gpu_setup(store)
+    job = gpu_job(store, "stopme", 4)
+    waiting = gpu_job(store, "waiting", 4)
+    controller.reconcile()
+    set_job_status(store, job, active=1, ready=1)
+    wl = workload_of(store, job)
+    store.patch(API, "Workload", "team-a", wl["metadata"]["name"], {"spec": {"active": False}})
+    controller.reconcile()
+    evicted = cond(workload_of(store, job), "Evicted")
+    assert (evicted["reason"], evicted["message"]) == ("Deactivated", "The workload is deactivated")
+    assert job_now(store, job)["spec"]["suspend"] is True
+    set_job_status(store, job, active=0, ready=0)
+    controller.reconcile()
+    requeued = cond(workload_of(store, job), "Requeued")
+    assert (requeued["status"], requeued["reason"]) == ("False", "Deactivated")
+    assert job_now(store, waiting)["spec"]["suspend"] is False  # the freed quota went on
+    store.patch(API, "Workload", "team-a", wl["metadata"]["name"], {"spec": {"active": True}})
+    controller.reconcile()
+    assert cond(workload_of(store, job), "Requeued")["reason"] == "Reactivated"
+    assert cond(workload_of(store, job), "QuotaReserved")["status"] == "False"
