@@ -307,8 +307,8 @@ class Store:
             if unknown and field_validation == "Warn":
                 self.warnings.extend(f'unknown field "{p}"' for p in unknown)
             causes.extend(schema.validate(obj, old) or [])
-        if not rtype.is_crd:
-            causes.extend(builtin_validation.validate_builtin(obj) or [])
+        # built-in kinds' checks, and the Kueue webhook checks the CRD schema leaves out
+        causes.extend(builtin_validation.validate_builtin(obj) or [])
         if causes:
             seen = set()
             unique = []

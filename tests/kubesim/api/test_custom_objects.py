@@ -338,21 +338,15 @@ def test_pod_table_columns(kubesim_api, core, namespace):
     assert table["rows"][0]["cells"][:4] == ["p", "0/2", "Pending", "0"]
 
 
-def test_negative_quota_is_rejected_by_the_kueue_webhook(kubesim):
-    """With the simulated cluster, Kueue's validating webhook runs as on a real install; like
-    controller-runtime webhooks, its denial is a 403 whose message names the field."""
-    api = kubesim.api_client()
-    try:
-        with pytest.raises(ApiException) as excinfo:
-            client.CustomObjectsApi(api).create_cluster_custom_object(
-                KUEUE, "v1beta2", "clusterqueues", _cq(_name("neg"), quota="-5")
-            )
-    finally:
-        api.close()
-    assert excinfo.value.status == 403
-    message = json.loads(excinfo.value.body)["message"]
-    assert message.startswith("admission webhook ")
-    assert (
-        'spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: Invalid value: "-5": '
-        "must be greater than or equal to 0"
-    ) in message
+def test_negative_quota_is_422_naming_the_field(custom):
+    """Kueue's webhook check (quotas must not be negative), answered as a 422 Invalid."""
+    with pytest.raises(ApiException) as excinfo:
+        custom.create_cluster_custom_object(
+            KUEUE, "v1beta2", "clusterqueues", _cq(_name("neg"), quota="-5")
+        )
+    assert excinfo.value.status == 422
+    body = json.loads(excinfo.value.body)
+    causes = {c["field"]: c["message"] for c in body["details"]["causes"]}
+    field = "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"
+    assert field in causes
+    assert "must be greater than or equal to 0" in causes[field]
