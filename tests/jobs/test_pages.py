@@ -100,3 +100,20 @@ def test_cancel_button(personas, web_client_for, make_job):
     assert job.state == "cancelled"
     again = client.post(f"/jobs/{job.pk}/cancel/", follow=True)
     assert "it cannot become Cancelled" in again.text
+
+
+def test_admin_lists_jobs_read_only_and_cancels(personas, web_client_for, make_job):
+    job = make_job(name="admin-1")
+    client = web_client_for(personas.staff)
+    personas.staff.is_superuser = True
+    personas.staff.save()
+    assert "admin-1" in client.get("/admin/jobs/job/").text
+    page = client.get(f"/admin/jobs/job/{job.pk}/change/")
+    assert page.status_code == 200
+    response = client.post(
+        "/admin/jobs/job/", {"action": "cancel_jobs", "_selected_action": [job.pk]}
+    )
+    assert response.status_code == 302
+    job.refresh_from_db()
+    assert job.state == "cancelled"
+    assert job.events.last().source == "admin"
