@@ -1,8 +1,17 @@
 """What kube-apiserver adds to a new pod before the scheduler sees it: the API defaults for pod and
 container fields, the ServiceAccount admission's default account, and the DefaultTolerationSeconds
-admission plugin's NoExecute tolerations for not-ready and unreachable nodes (300 s)."""
+admission plugin's NoExecute tolerations for not-ready and unreachable nodes (300 s). Also the
+pods/eviction subresource (`kubectl drain`): the pod gets DisruptionTarget=True
+(EvictionByEvictionAPI) and is deleted gracefully. PodDisruptionBudgets are not consulted."""
 
 from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from kubesim.api.errors import ApiError, bad_request, not_found
+from kubesim.clock import rfc3339
 
 DEFAULT_TOLERATION_SECONDS = 300
 NODE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
@@ -60,5 +69,63 @@ def pod_defaults(operation: str, pod: dict, old: dict | None) -> None:
     spec["tolerations"] = tolerations
 
 
+def eviction_handler(store):
+    async def handle(request: web.Request, namespace: str, name: str, rest: str = ""):
+        if request.method != "POST":
+            raise ApiError(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
+        raw = await request.read()
+        try:
+            body = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            raise bad_request("the body of an Eviction could not be decoded") from None
+        pod = store.try_get("v1", "Pod", namespace, name)
+        if pod is None:
+            raise not_found("pods", name)
+        options = body.get("deleteOptions") or {}
+        grace = options.get("gracePeriodSeconds")
+        if not pod["metadata"].get("deletionTimestamp"):
+            conditions = [
+                c
+                for c in (pod.get("status") or {}).get("conditions") or []
+                if c.get("type") != "DisruptionTarget"
+            ]
+            conditions.append(
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "EvictionByEvictionAPI",
+                    "message": "Eviction API: evicting",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": rfc3339(store.clock.now()),
+                }
+            )
+            store.patch(
+                "v1",
+                "Pod",
+                namespace,
+                name,
+                {"status": {"conditions": conditions}},
+                subresource="status",
+            )
+            store.delete("v1", "Pod", namespace, name, grace=grace is None or grace > 0)
+        return web.json_response(
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "code": 201,
+            },
+            status=201,
+        )
+
+    return handle
+
+
 def install(ctx) -> None:
     ctx.store.add_admission_hook("v1", "Pod", pod_defaults)
+    ctx.server.set_subresource_handler("v1", "Pod", "eviction", eviction_handler(ctx.store))

@@ -405,8 +405,18 @@ class PodRunner:
         else:
             reason = "ContainersNotReady"
             message = f"containers with unready status: [{' '.join(unready)}]"
-        conditions = []
+        # Conditions other components own (DisruptionTarget from an eviction, readiness gates)
+        # are kept.
+        own = {
+            "PodReadyToStartContainers",
+            "Initialized",
+            "Ready",
+            "ContainersReady",
+            "PodScheduled",
+        }
+        conditions = [c for t, c in old.items() if t not in own]
         if self.disruption:
+            conditions = [c for c in conditions if c.get("type") != "DisruptionTarget"]
             conditions.append(self.disruption)
         conditions += [
             cond("PodReadyToStartContainers", self.running_since is not None and not terminal),

@@ -757,3 +757,30 @@ def test_new_pods_get_the_api_defaults_and_default_tolerations(core, namespace):
     assert ("node.kubernetes.io/not-ready", "NoExecute", 300) in tolerations
     assert ("node.kubernetes.io/unreachable", "NoExecute", 300) in tolerations
     assert ("nvidia.com/gpu", "NoSchedule", None) in tolerations
+
+
+def test_eviction_subresource(core, namespace):
+    manifest = pod_manifest("evictable", ["sleep", "100000"])
+    manifest["metadata"]["finalizers"] = ["example.com/keep"]
+    core.create_namespaced_pod(namespace, manifest)
+    wait_for(lambda: phase(core, namespace, "evictable") == "Running")
+    core.create_namespaced_pod_eviction(
+        "evictable",
+        namespace,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": "evictable", "namespace": namespace},
+        },
+    )
+    pod = core.read_namespaced_pod("evictable", namespace)
+    assert pod.metadata.deletion_timestamp is not None
+    disruption = next(c for c in pod.status.conditions if c.type == "DisruptionTarget")
+    assert (disruption.reason, disruption.message) == (
+        "EvictionByEvictionAPI",
+        "Eviction API: evicting",
+    )
+    wait_for(lambda: phase(core, namespace, "evictable") == "Failed", timeout=10)
+    final = core.read_namespaced_pod("evictable", namespace).status.conditions
+    assert any(c.type == "DisruptionTarget" for c in final)
+    core.patch_namespaced_pod("evictable", namespace, {"metadata": {"finalizers": None}})
