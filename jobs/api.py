@@ -97,6 +97,17 @@ class JobCreateSerializer(serializers.Serializer):
     max_runtime_minutes = serializers.IntegerField(required=False, allow_null=True)
     backend = serializers.ChoiceField(choices=BACKENDS, required=False, allow_blank=True)
 
+    def validate(self, attrs):
+        # Say so when a client sends something the portal does not take (a pod spec, a
+        # securityContext, a misspelt field) instead of silently dropping it.
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            allowed = ", ".join(self.fields)
+            raise serializers.ValidationError(
+                {name: [f"Unknown field; a job takes only: {allowed}."] for name in unknown}
+            )
+        return attrs
+
 
 class DryRunSerializer(serializers.Serializer):
     valid = serializers.BooleanField()

@@ -38,6 +38,7 @@ def test_submit_answers_201_submitted_and_enqueues_only_after_commit(
     assert body["cpu"] == "8"  # the pool's default
     assert body["memory"] == "64Gi"
     assert body["backend"] == "kueue"
+    assert body["pool"] is None
     assert body["events"][0]["to_state"] == "submitted"
     assert len(callbacks) == 1  # the reconcile is queued on commit, not before
     assert Job.objects.get(pk=body["id"]).applied_at is None
@@ -78,6 +79,8 @@ def test_finished_jobs_free_their_name(personas, api_client_for, make_job):
         ({"pool": "v100"}, "pool", "no quota in pool 'v100'"),
         ({"kind": "quantum"}, "kind", "not a valid choice"),
         ({"command": "python train.py"}, "command", ""),
+        ({"securityContext": {"privileged": True}}, "securityContext", "Unknown field"),
+        ({"hostPath": "/"}, "hostPath", "Unknown field"),
     ],
 )
 def test_bad_input_is_a_400_with_field_and_reason(
