@@ -145,3 +145,32 @@ def sync_quota_objects(model: qm.QuotaModel | None = None) -> SyncReport:
     if retry is not None:
         raise retry
     return report
+
+
+class QuotaSyncOnChangeAdminMixin:
+    """Put first in the bases of every admin whose model feeds the quota objects (Department,
+    Project, GpuPool, ProjectQuota, DepartmentQuota, PriorityClass): any save or delete there,
+    inline edits included, syncs the cluster once the transaction commits. The periodic resync
+    repairs anything a lost message missed."""
+
+    def save_model(self, request, obj, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        _enqueue()
+
+    def save_related(self, request, form, formsets, change) -> None:
+        super().save_related(request, form, formsets, change)
+        _enqueue()
+
+    def delete_model(self, request, obj) -> None:
+        super().delete_model(request, obj)
+        _enqueue()
+
+    def delete_queryset(self, request, queryset) -> None:
+        super().delete_queryset(request, queryset)
+        _enqueue()
+
+
+def _enqueue() -> None:
+    from quotas.tasks import enqueue_quota_sync
+
+    enqueue_quota_sync()

@@ -207,3 +207,51 @@ def test_another_projects_user_gets_404(e2e_org, worker_factory):
     assert oscar.get(f"{URL}{job['id']}/").status_code == 404
     assert oscar.get(f"{URL}{job['id']}/manifest/").status_code == 404
     assert oscar.post(f"{URL}{job['id']}/cancel/").status_code == 404
+
+
+def _admin_syncs_quotas() -> bool:
+    from django.contrib import admin
+
+    from quotas.models import ProjectQuota
+    from quotas.sync import QuotaSyncOnChangeAdminMixin
+
+    return isinstance(admin.site._registry.get(ProjectQuota), QuotaSyncOnChangeAdminMixin)
+
+
+@pytest.mark.skipif(
+    not _admin_syncs_quotas(),
+    reason="quotas/admin.py does not use quotas.sync.QuotaSyncOnChangeAdminMixin yet (lead wires)",
+)
+def test_editing_a_quota_in_the_admin_console_updates_the_cluster(e2e_org, worker_factory):
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from portal.kube import apply as kube
+    from quotas.models import ProjectQuota
+
+    worker_factory()
+    sync_quotas_and_wait(e2e_org)
+    staff = get_user_model().objects.create_superuser("root", "root@example.com", "x")
+    client = Client()
+    client.force_login(staff)
+    quota = ProjectQuota.objects.get(project=e2e_org["alpha"], resource="gpu")
+    response = client.post(
+        f"/admin/quotas/projectquota/{quota.pk}/change/",
+        {
+            "project": quota.project_id,
+            "pool": quota.pool_id,
+            "resource": "gpu",
+            "nominal": "6",
+            "borrowing_limit": "2",
+        },
+    )
+    assert response.status_code == 302, response.content[:2000]
+
+    def gpu_entry():
+        cq = kube.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", "gp-alpha")
+        resources = cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+        return next(r for r in resources if r["name"] == "nvidia.com/gpu")
+
+    wait_for(lambda: gpu_entry()["nominalQuota"] == 6, what="ClusterQueue nominalQuota 6")
+    queue = kube.get("scheduling.volcano.sh/v1beta1", "Queue", "gp-alpha")
+    assert queue["spec"]["deserved"]["nvidia.com/gpu"] == "6"
