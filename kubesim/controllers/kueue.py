@@ -1112,18 +1112,29 @@ class KueueController:
         self.inadmissible[key] = (reason, message)
         self._set_pending(obj, reason, message)
 
-    def _set_pending(self, obj: dict, reason: str, message: str) -> None:
+    def _set_pending(
+        self, obj: dict, reason: str, message: str, workload: Workload | None = None
+    ) -> None:
         current = _cond(obj, "QuotaReserved")
         if current and current.get("status") == "False" and current.get("message") == message:
             return
-        self._patch_conditions(
-            obj,
-            [
-                _condition(
-                    "QuotaReserved", False, reason, message, obj["metadata"].get("generation")
-                )
-            ],
+        now_text = rfc3339(self.clock.now())
+        conditions = [dict(c) for c in (obj.get("status") or {}).get("conditions") or []]
+        generation = obj["metadata"].get("generation")
+        _set_condition(
+            conditions, _condition("QuotaReserved", False, reason, message, generation), now_text
         )
+        status: dict = {"conditions": conditions}
+        if workload is not None:
+            # What the scheduler tried to fit, per pod set (Kueue's status.resourceRequests).
+            status["resourceRequests"] = [
+                {
+                    "name": ps.name,
+                    "resources": {r: format_milli(r, v) for r, v in ps.total().items()},
+                }
+                for ps in workload.podsets
+            ]
+        self._patch_status(obj, status)
         events.record(self.store, obj, reason, message, type="Warning", component=ADMISSION)
 
     # ---- scheduler ---------------------------------------------------------------------------
@@ -1136,7 +1147,7 @@ class KueueController:
             if decision.kind == "admit":
                 self._admit(obj, decision, now)
             else:
-                self._set_pending(obj, decision.reason, decision.message)
+                self._set_pending(obj, decision.reason, decision.message, decision.workload)
                 for target in decision.targets:
                     victim = self.workloads.get(target.workload.key)
                     if victim is not None and not _is_true(victim, "Evicted"):
@@ -1192,7 +1203,7 @@ class KueueController:
         _set_condition(
             conditions, _condition("PodsReady", False, "WaitForStart", NOT_READY_MSG), now_text
         )
-        status = {"admission": admission, "conditions": conditions}
+        status = {"admission": admission, "conditions": conditions, "resourceRequests": None}
         updated = self._patch_status(obj, status)
         if updated is None:
             self.engine.release(wl.key)

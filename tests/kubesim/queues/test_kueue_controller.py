@@ -480,3 +480,14 @@ def test_deactivating_a_workload_stops_its_job_and_frees_the_quota(kueue):
     controller.reconcile()
     assert cond(workload_of(store, job), "Requeued")["reason"] == "Reactivated"
     assert cond(workload_of(store, job), "QuotaReserved")["status"] == "False"
+
+
+def test_pending_workload_shows_its_resource_requests(kueue):
+    ctx, controller = kueue
+    store = ctx.store
+    gpu_setup(store)
+    gpu_job(store, "holder", 4)
+    waiting = gpu_job(store, "waiting", 2, count=2)
+    controller.reconcile()
+    status = workload_of(store, waiting)["status"]
+    assert status["resourceRequests"] == [{"name": "main", "resources": {GPU: "4"}}]
