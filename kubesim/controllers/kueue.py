@@ -993,6 +993,35 @@ class KueueController:
                 obj, [_condition("Requeued", True, "Reactivated", "The workload was reactivated")]
             )
             return
+        cq_name = (status.get("admission") or {}).get("clusterQueue") if reserved else None
+        cq_spec = (self.cluster_queues.get(cq_name) or {}).get("spec") or {}
+        if (
+            reserved
+            and cq_spec.get("stopPolicy") == "HoldAndDrain"
+            and not _is_true(obj, "Evicted")
+        ):
+            self._evict(obj, "ClusterQueueStopped", "The ClusterQueue is stopped")
+            return
+        if (
+            requeued
+            and requeued.get("status") == "False"
+            and requeued.get("reason") == ("ClusterQueueStopped")
+        ):
+            lq = self.local_queues.get((key[0], spec.get("queueName") or "")) or {}
+            lq_cq = self.cluster_queues.get((lq.get("spec") or {}).get("clusterQueue")) or {}
+            if (lq_cq.get("spec") or {}).get("stopPolicy") in (None, "None") and lq_cq:
+                self._patch_conditions(
+                    obj,
+                    [
+                        _condition(
+                            "Requeued",
+                            True,
+                            "ClusterQueueRestarted",
+                            "The ClusterQueue was restarted after being stopped",
+                        )
+                    ],
+                )
+                return
         # Requeue backoff after a PodsReady timeout.
         requeue_at = _parse_time((status.get("requeueState") or {}).get("requeueAt"))
         if not reserved and requeued and requeued.get("status") == "False" and requeue_at:

@@ -491,3 +491,31 @@ def test_pending_workload_shows_its_resource_requests(kueue):
     controller.reconcile()
     status = workload_of(store, waiting)["status"]
     assert status["resourceRequests"] == [{"name": "main", "resources": {GPU: "4"}}]
+
+
+def test_hold_and_drain_evicts_and_restart_requeues(kueue):
+    ctx, controller = kueue
+    store = ctx.store
+    gpu_setup(store)
+    job = gpu_job(store, "drained", 1)
+    controller.reconcile()
+    store.patch(API, "ClusterQueue", None, "cq-a", {"spec": {"stopPolicy": "HoldAndDrain"}})
+    controller.reconcile()
+    evicted = cond(workload_of(store, job), "Evicted")
+    assert (evicted["reason"], evicted["message"]) == (
+        "ClusterQueueStopped",
+        "The ClusterQueue is stopped",
+    )
+    set_job_status(store, job, active=0)
+    controller.reconcile()
+    pending = cond(workload_of(store, job), "QuotaReserved")
+    assert (pending["status"], pending["message"]) == ("False", "ClusterQueue cq-a is inactive")
+    assert store.get(API, "ClusterQueue", None, "cq-a")["status"]["conditions"][0]["status"] == (
+        "False"
+    )
+    store.patch(API, "ClusterQueue", None, "cq-a", {"spec": {"stopPolicy": "None"}})
+    controller.reconcile()
+    controller.reconcile()
+    wl = workload_of(store, job)
+    assert cond(wl, "Requeued")["reason"] == "ClusterQueueRestarted"
+    assert cond(wl, "Admitted")["status"] == "True"
