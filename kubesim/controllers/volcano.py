@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 
 from kubesim.api.errors import ApiError
@@ -144,6 +145,8 @@ class VolcanoController:
         self.session_due = True
         self.last_messages: dict[tuple, str] = {}
         self.queue_written: dict[str, str] = {}
+        self.commands: dict[tuple[str, str], dict] = {}
+        self.job_actions: dict[tuple[str, str], str] = {}
 
     # ---- wiring ------------------------------------------------------------------------------
     def install(self) -> None:
@@ -223,6 +226,9 @@ class VolcanoController:
             )
             if owner:
                 self.dirty_jobs.add((key[0], owner["name"]))
+        elif group == "bus.volcano.sh" and kind == "Command":
+            if not deleted:
+                self.commands[_key(obj)] = obj
         elif group == "scheduling.volcano.sh" and kind == "Queue":
             if deleted:
                 self.queues.pop(obj["metadata"]["name"], None)
@@ -389,6 +395,9 @@ class VolcanoController:
                 await asyncio.sleep(0.1)
 
     def reconcile(self) -> None:
+        if self.commands:
+            self._take_commands()
+        self._expire_finished()
         for _ in range(4):
             if not self.dirty_jobs:
                 break
@@ -403,6 +412,72 @@ class VolcanoController:
             for key in sorted(dirty):
                 self._sync_job(key)
         self._write_queue_status()
+
+    def _take_commands(self) -> None:
+        """bus.volcano.sh Commands: the controller deletes each Command, then acts on its target
+        (what `vcctl job suspend/resume/terminate` and `vcctl queue open/close` create)."""
+        commands, self.commands = self.commands, {}
+        for (namespace, name), command in commands.items():
+            try:
+                self.store.delete("bus.volcano.sh/v1alpha1", "Command", namespace, name)
+            except ApiError as exc:
+                if exc.code == 404:
+                    continue
+                raise
+            target = command.get("target") or {}
+            action = command.get("action") or ""
+            if target.get("kind") == "Job":
+                key = (namespace, target.get("name") or "")
+                if key in self.jobs:
+                    self.job_actions[key] = action
+                    self.dirty_jobs.add(key)
+            elif target.get("kind") == "Queue":
+                queue = self.queues.get(target.get("name") or "")
+                if queue is None or action not in ("OpenQueue", "CloseQueue"):
+                    continue
+                state = "Open" if action == "OpenQueue" else "Closing"
+                self._set_queue_state(queue, state)
+
+    def _set_queue_state(self, queue: dict, state: str) -> None:
+        name = queue["metadata"]["name"]
+        try:
+            updated = self.store.patch(
+                QUEUE_API,
+                "Queue",
+                None,
+                name,
+                {"status": {"state": state}},
+                subresource="status",
+                field_manager=FIELD_MANAGER,
+            )
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+            return
+        self.queues[name] = updated
+        self.queue_written.pop(name, None)
+
+    def _expire_finished(self) -> None:
+        """ttlSecondsAfterFinished: delete a Completed/Failed/Terminated job that long after."""
+        now = self.clock.time()
+        for key, job in list(self.jobs.items()):
+            ttl = (job.get("spec") or {}).get("ttlSecondsAfterFinished")
+            state = (job.get("status") or {}).get("state") or {}
+            if ttl is None or state.get("phase") not in ("Completed", "Failed", "Terminated"):
+                continue
+            finished_at = state.get("lastTransitionTime")
+            if not finished_at:
+                continue
+            elapsed = (
+                now
+                - datetime.datetime.fromisoformat(finished_at.replace("Z", "+00:00")).timestamp()
+            )
+            if elapsed >= float(ttl):
+                try:
+                    self.store.delete(JOB_API, "Job", key[0], key[1])
+                except ApiError as exc:
+                    if exc.code != 404:
+                        raise
 
     # ---- job controller ----------------------------------------------------------------------
     def _sync_job(self, key: tuple[str, str]) -> None:
@@ -427,7 +502,16 @@ class VolcanoController:
         retry = int(status.get("retryCount") or 0)
         pg_phase = ((pg or {}).get("status") or {}).get("phase") or "Pending"
 
-        action = None if phase in TERMINAL else self._policy_action(job, pods, per_task)
+        action = self.job_actions.pop(key, None)
+        if action is None and phase not in TERMINAL:
+            action = self._policy_action(job, pods, per_task)
+        if action == "ResumeJob":
+            if phase == "Aborted":
+                retry += 1
+                new_phase = "Restarting"
+            action = None
+        elif action is not None and phase in TERMINAL:
+            action = None  # a finished job takes no more actions
         if action == "RestartJob":
             retry += 1
             self._kill(pods.values())
@@ -1153,6 +1237,9 @@ class VolcanoController:
                 for phase, n in counts.get(member, {}).items():
                     phases[phase] = phases.get(phase, 0) + n
             state = (queue.get("status") or {}).get("state") or "Open"
+            live = sum(n for phase, n in phases.items() if phase != "completed")
+            if state == "Closing" and live == 0:
+                state = "Closed"
             status = {
                 "state": state,
                 "pending": phases.get("pending", 0),

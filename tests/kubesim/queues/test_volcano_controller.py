@@ -301,3 +301,71 @@ def test_other_queues_guarantees_are_not_available(volcano):
     # 16 GPUs in the cluster, 12 guaranteed to another queue: 8 cannot be enqueued here.
     assert podgroup(store, job)["status"]["phase"] == "Pending"
     assert pods_of(store, "greedy") == []
+
+
+def command(store, name, action, target_kind, target):
+    store.create(
+        {
+            "apiVersion": "bus.volcano.sh/v1alpha1",
+            "kind": "Command",
+            "metadata": {"name": name, "namespace": "default"},
+            "action": action,
+            "target": {
+                "apiVersion": JOB_API if target_kind == "Job" else PG_API,
+                "kind": target_kind,
+                "name": target["metadata"]["name"],
+                "uid": target["metadata"]["uid"],
+            },
+        },
+        namespace="default",
+    )
+
+
+def test_abort_and_resume_commands(volcano):
+    ctx, controller = volcano
+    store = ctx.store
+    job = vcjob(store, "pausable", [task("main", 2, 1)])
+    controller.reconcile()
+    controller.reconcile()
+    assert len(pods_of(store, "pausable")) == 2
+    command(store, "abort", "AbortJob", "Job", job)
+    controller.reconcile()
+    controller.reconcile()
+    assert store.list("bus.volcano.sh/v1alpha1", "Command", "default") == []
+    assert pods_of(store, "pausable") == []
+    assert job_status(store, "pausable")["state"]["phase"] == "Aborted"
+    command(store, "resume", "ResumeJob", "Job", job)
+    for _ in range(3):
+        controller.reconcile()
+    status = job_status(store, "pausable")
+    assert status["retryCount"] == 1
+    assert status["state"]["phase"] == "Pending"
+    assert len(pods_of(store, "pausable")) == 2
+
+
+def test_close_queue_command_and_ttl_after_finished(volcano):
+    ctx, controller = volcano
+    store = ctx.store
+    queue = store.create(
+        {"apiVersion": PG_API, "kind": "Queue", "metadata": {"name": "team"}, "spec": {}}
+    )
+    controller.reconcile()
+    command(store, "close", "CloseQueue", "Queue", queue)
+    controller.reconcile()
+    assert store.get(PG_API, "Queue", None, "team")["status"]["state"] == "Closed"
+    with pytest.raises(ApiError) as denied:
+        vcjob(store, "late", [task("main", 1, 1)], queue="team")
+    assert "can only submit job to queue with state `Open`, queue `team` status is `Closed`;" in (
+        denied.value.message
+    )
+
+    vcjob(store, "short", [task("main", 1, 1)], ttlSecondsAfterFinished=60)
+    controller.reconcile()
+    controller.reconcile()
+    (pod,) = pods_of(store, "short")
+    set_phase(store, pod, "Succeeded")
+    controller.reconcile()
+    assert job_status(store, "short")["state"]["phase"] == "Completed"
+    ctx.clock.advance(61)
+    controller.reconcile()
+    assert store.try_get(JOB_API, "Job", "default", "short") is None
