@@ -1203,6 +1203,22 @@ class VolcanoController:
                 }
             )
             self._patch_podgroup(pg, {"conditions": conditions})
+            owner = next(
+                (r for r in pg["metadata"].get("ownerReferences") or [] if r.get("kind") == "Job"),
+                None,
+            )
+            job = self.jobs.get((pg["metadata"]["namespace"], owner["name"])) if owner else None
+            if job is not None:
+                # The job controller's recordPodGroupEvent.
+                events.record(
+                    self.store,
+                    job,
+                    "PodGroupPending",
+                    f"PodGroup {pg['metadata']['namespace']}:{owner['name']} unschedulable, "
+                    f"reason: {message}",
+                    type="Warning",
+                    component=CONTROLLER,
+                )
         self._pg_event(pg, "Unschedulable", message, "Warning")
         for pod in waiting:
             scheduler.mark_unschedulable(self.store, pod, message, component="volcano")

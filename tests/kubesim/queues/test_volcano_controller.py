@@ -177,6 +177,15 @@ def test_gang_never_starts_partially_and_starts_whole_later(volcano):
     )
     assert "Insufficient nvidia.com/gpu" in unschedulable["message"]
     assert job_status(store, "gang")["state"]["phase"] == "Pending"
+    job_events = [
+        (e["reason"], e["message"])
+        for e in store.list("v1", "Event", "default")
+        if e["involvedObject"]["name"] == "gang"
+    ]
+    assert (
+        "PodGroupPending",
+        f"PodGroup default:gang unschedulable, reason: {unschedulable['message']}",
+    ) in job_events
 
     store.delete(JOB_API, "Job", "default", "blocker")
     for pod in pods_of(store, "blocker"):
