@@ -602,6 +602,33 @@ def install(ctx) -> None:
     timestamp = int(store.clock.time())
     for ns in ("default", "kube-system", "kube-public", "kube-node-lease", GPU_OPERATOR_NAMESPACE):
         ensure(store, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    apiserver_labels = {"component": "apiserver", "provider": "kubernetes"}
+    ensure(
+        store,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "kubernetes", "namespace": "default", "labels": apiserver_labels},
+            "spec": {
+                "clusterIP": "10.96.0.1",
+                "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}],
+            },
+        },
+    )
+    ensure(
+        store,
+        {
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {"name": "kubernetes", "namespace": "default", "labels": apiserver_labels},
+            "subsets": [
+                {
+                    "addresses": [{"ip": "10.0.0.2"}],
+                    "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+                }
+            ],
+        },
+    )
     for spec in cluster.nodes:
         node = node_object(spec, cluster, now, timestamp)
         status = node.pop("status")
@@ -688,7 +715,6 @@ def _install_gpu_operator(ctx, now: str) -> None:
             },
         },
     )
-    addresses = []
     gpu_nodes = cluster.gpu_nodes()
     for spec in gpu_nodes:
         name = dcgm_pod_name(spec.name)
@@ -721,18 +747,6 @@ def _install_gpu_operator(ctx, now: str) -> None:
                 "spec": {**pod_spec, "nodeName": spec.name},
             },
             field_manager="daemonset-controller",
-        )
-        addresses.append(
-            {
-                "ip": pod_ip,
-                "nodeName": spec.name,
-                "targetRef": {
-                    "kind": "Pod",
-                    "namespace": ns,
-                    "name": name,
-                    "uid": pod["metadata"]["uid"],
-                },
-            }
         )
         conditions = [
             {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
@@ -773,22 +787,6 @@ def _install_gpu_operator(ctx, now: str) -> None:
             },
             field_manager="kubelet",
         )
-    ensure(
-        store,
-        {
-            "apiVersion": "v1",
-            "kind": "Endpoints",
-            "metadata": {"name": DCGM_APP_LABEL, "namespace": ns, "labels": dict(selector)},
-            "subsets": [
-                {
-                    "addresses": addresses,
-                    "ports": [{"name": "gpu-metrics", "port": DCGM_PORT, "protocol": "TCP"}],
-                }
-            ]
-            if addresses
-            else [],
-        },
-    )
     ready = len(gpu_nodes)
     set_status(
         store,

@@ -18,7 +18,7 @@ QUEUE_CONTROLLERS = ("kubesim.controllers.kueue", "kubesim.controllers.volcano")
 async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
     """Build the nodes of the cluster description and start every controller."""
     from kubesim import cluster as cluster_mod
-    from kubesim.controllers import admission, dcgm, faults, jobs, kubelet, scheduler
+    from kubesim.controllers import admission, dcgm, endpoints, faults, jobs, kubelet, scheduler
 
     path = getattr(options, "cluster", None)
     try:
@@ -35,8 +35,9 @@ async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
         options=options,
         cluster=cluster,
     )
-    cluster_mod.install(ctx)
     admission.install(ctx)
+    endpoints.start(ctx)
+    cluster_mod.install(ctx)
     scheduler.start(ctx)
     jobs.start(ctx)
     kubelet.start(ctx)

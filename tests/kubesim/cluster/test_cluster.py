@@ -784,3 +784,44 @@ def test_eviction_subresource(core, namespace):
     final = core.read_namespaced_pod("evictable", namespace).status.conditions
     assert any(c.type == "DisruptionTarget" for c in final)
     core.patch_namespaced_pod("evictable", namespace, {"metadata": {"finalizers": None}})
+
+
+def test_services_get_cluster_ips_and_endpoints_with_gang_hostnames(core, batch, namespace):
+    def exporter_addresses():
+        try:
+            endpoints = core.read_namespaced_endpoints("nvidia-dcgm-exporter", "gpu-operator")
+        except ApiException:
+            return None
+        return endpoints if endpoints.subsets and len(endpoints.subsets[0].addresses) == 6 else None
+
+    exporter = wait_for(exporter_addresses, timeout=10)
+    assert exporter.subsets[0].ports[0].port == 9400
+    core.create_namespaced_service(
+        namespace,
+        {
+            "metadata": {"name": "gang"},
+            "spec": {"clusterIP": "None", "selector": {"batch.kubernetes.io/job-name": "gang"}},
+        },
+    )
+    plain = core.create_namespaced_service(
+        namespace,
+        {
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+        },
+    )
+    assert plain.spec.cluster_ip.startswith("10.")
+    assert plain.spec.ports[0].target_port == 80
+    manifest = job_manifest("gang", "sleep 100000", completions=2, parallelism=2, indexed=True)
+    manifest["spec"]["template"]["spec"]["subdomain"] = "gang"
+    batch.create_namespaced_job(namespace, manifest)
+
+    def hostnames():
+        try:
+            endpoints = core.read_namespaced_endpoints("gang", namespace)
+        except ApiException:
+            return []
+        subsets = endpoints.subsets or []
+        return sorted(a.hostname for s in subsets for a in s.addresses or [])
+
+    assert wait_for(lambda: hostnames() == ["gang-0", "gang-1"], timeout=15)
