@@ -239,6 +239,7 @@ class KueueController:
         self.wake = asyncio.Event()
         self.timers: list[tuple[float, tuple[str, str]]] = []
         self.timer_at: dict[tuple[str, str], float] = {}
+        self.job_retries: dict[tuple[str, str], float] = {}
         self.sequence = itertools.count()
         self.first_seen: dict[tuple[str, str], int] = {}
         self.job_sequence: dict[str, int] = {}  # creation order of Jobs, for FIFO ties
@@ -541,6 +542,11 @@ class KueueController:
             if self.timers:
                 due_in = self.timers[0][0] - self.clock.time()
                 timeout = max(0.0, due_in / max(self.clock.speed, 1e-9))
+            if self.job_retries:
+                retry_in = (min(self.job_retries.values()) - self.clock.time()) / max(
+                    self.clock.speed, 1e-9
+                )
+                timeout = max(0.0, retry_in if timeout is None else min(timeout, retry_in))
             if self.status_pending:
                 status_in = max(0.0, self.status_next - time.monotonic())
                 timeout = status_in if timeout is None else min(timeout, status_in)
@@ -558,6 +564,27 @@ class KueueController:
                 print(f"kueue: reconcile failed: {exc!r}", flush=True)
                 await asyncio.sleep(0.1)
                 self.wake.set()
+
+    def _drain_dirty(self, now: float) -> None:
+        """Reconcile every dirty Job and Workload; one that fails is retried a moment later
+        (a controller's requeue), the others go on."""
+        jobs, self.dirty_jobs = self.dirty_jobs, set()
+        for key in self._in_creation_order(jobs):
+            try:
+                self._reconcile_job(key)
+            except Exception as exc:
+                print(f"kueue: reconciling Job {key[0]}/{key[1]} failed: {exc!r}", flush=True)
+                self._timer_job_retry(key)
+        workloads, self.dirty_workloads = self.dirty_workloads, set()
+        for key in workloads:
+            try:
+                self._reconcile_workload(key, now)
+            except Exception as exc:
+                print(f"kueue: reconciling Workload {key[0]}/{key[1]} failed: {exc!r}", flush=True)
+                self._timer(now + 1.0, key)
+
+    def _timer_job_retry(self, key: tuple[str, str]) -> None:
+        self.job_retries[key] = self.clock.time() + 1.0
 
     def _in_creation_order(self, keys) -> list[tuple[str, str]]:
         def order(key):
@@ -586,26 +613,20 @@ class KueueController:
             if self.timer_at.get(key) == at:
                 del self.timer_at[key]
             self.dirty_workloads.add(key)
+        for key, at in list(self.job_retries.items()):
+            if at <= now:
+                del self.job_retries[key]
+                self.dirty_jobs.add(key)
         for _ in range(5):
             if not (self.dirty_jobs or self.dirty_workloads):
                 break
-            jobs, self.dirty_jobs = self.dirty_jobs, set()
-            for key in self._in_creation_order(jobs):
-                self._reconcile_job(key)
-            workloads, self.dirty_workloads = self.dirty_workloads, set()
-            for key in workloads:
-                self._reconcile_workload(key, now)
+            self._drain_dirty(now)
         self._schedule(now)
         # Newly admitted or evicted workloads: let their Jobs follow right away.
         for _ in range(3):
             if not self.dirty_jobs:
                 break
-            jobs, self.dirty_jobs = self.dirty_jobs, set()
-            for key in self._in_creation_order(jobs):
-                self._reconcile_job(key)
-            workloads, self.dirty_workloads = self.dirty_workloads, set()
-            for key in workloads:
-                self._reconcile_workload(key, self.clock.time())
+            self._drain_dirty(self.clock.time())
         # Queue status is an aggregate: write it at most every STATUS_INTERVAL wall seconds.
         if time.monotonic() >= self.status_next:
             self.status_next = time.monotonic() + self.status_interval

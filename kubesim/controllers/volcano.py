@@ -147,6 +147,7 @@ class VolcanoController:
         self.queue_written: dict[str, str] = {}
         self.commands: dict[tuple[str, str], dict] = {}
         self.job_actions: dict[tuple[str, str], str] = {}
+        self.failed_jobs: set[tuple[str, str]] = set()
 
     # ---- wiring ------------------------------------------------------------------------------
     def install(self) -> None:
@@ -398,20 +399,29 @@ class VolcanoController:
         if self.commands:
             self._take_commands()
         self._expire_finished()
+        if self.failed_jobs:
+            self.dirty_jobs |= self.failed_jobs
+            self.failed_jobs = set()
         for _ in range(4):
             if not self.dirty_jobs:
                 break
-            dirty, self.dirty_jobs = self.dirty_jobs, set()
-            for key in sorted(dirty):
-                self._sync_job(key)
+            self._sync_dirty()
         if self.session_due:
             self.session_due = False
             if self._session_has_work():
                 self._session()
-            dirty, self.dirty_jobs = self.dirty_jobs, set()
-            for key in sorted(dirty):
-                self._sync_job(key)
+            self._sync_dirty()
         self._write_queue_status()
+
+    def _sync_dirty(self) -> None:
+        """Sync every dirty job; one that fails is retried at the next session tick."""
+        dirty, self.dirty_jobs = self.dirty_jobs, set()
+        for key in sorted(dirty):
+            try:
+                self._sync_job(key)
+            except Exception as exc:
+                print(f"volcano: syncing Job {key[0]}/{key[1]} failed: {exc!r}", flush=True)
+                self.failed_jobs.add(key)
 
     def _take_commands(self) -> None:
         """bus.volcano.sh Commands: the controller deletes each Command, then acts on its target
