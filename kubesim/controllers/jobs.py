@@ -194,7 +194,11 @@ def match_pod_failure_policy(policy: dict | None, pod: dict) -> tuple[str, str]:
 
 def _job_owner_uid(pod: dict) -> str | None:
     for ref in pod["metadata"].get("ownerReferences") or []:
-        if ref.get("kind") == "Job" and ref.get("controller"):
+        if (
+            ref.get("kind") == "Job"
+            and ref.get("apiVersion") == "batch/v1"
+            and ref.get("controller")
+        ):
             return ref.get("uid")
     return None
 

@@ -22,7 +22,11 @@ from dataclasses import dataclass, field
 SHELLS = {"sh", "bash", "ash", "dash", "zsh"}
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
-_REDIRECT = re.compile(r"\s*(?:[12]?>&[12]|[12]?>\s*/dev/null)\s*")
+# Output redirections: stdout (or both) to /dev/null hides a statement's output; stderr redirects
+# and 2>/dev/null change nothing visible (container logs hold both streams).
+_TO_DEVNULL = re.compile(r"(?:&>|(?<![2&>])1?>)\s*/dev/null")
+_REDIRECT = re.compile(r"\s*(?:[12]?>&[12]|2>\s*/dev/null)\s*")
+_DEVNULL_MARK = " __kubesim_devnull__ "
 
 
 @dataclass
@@ -106,7 +110,7 @@ def _echo(args: list[str]) -> str:
 
 def interpret(script: str, env: dict[str, str]) -> Timeline | None:
     """Timeline of a script, or None when it uses anything beyond the tiny shell."""
-    statements = _split_statements(script)
+    statements = _split_statements(_REDIRECT.sub(" ", _TO_DEVNULL.sub(_DEVNULL_MARK, script)))
     if statements is None:
         return None
     timeline = Timeline()
@@ -117,11 +121,12 @@ def interpret(script: str, env: dict[str, str]) -> Timeline | None:
             continue
         if connector == "||" and status == 0:
             continue
-        statement = _REDIRECT.sub(" ", statement).strip()
         try:
             words = shlex.split(_expand(statement, env))
         except ValueError:
             return None
+        silent = _DEVNULL_MARK.strip() in words
+        words = [w for w in words if w != _DEVNULL_MARK.strip()]
         if not words:
             continue
         name, args = words[0], words[1:]
@@ -132,7 +137,9 @@ def interpret(script: str, env: dict[str, str]) -> Timeline | None:
             clock += seconds
             status = 0
         elif name in ("echo", "/bin/echo", "printf"):
-            if name == "printf":
+            if silent:
+                pass
+            elif name == "printf":
                 text = (args[0] if args else "").replace("\\n", "\n")
                 for line in text.rstrip("\n").split("\n"):
                     timeline.lines.append((clock, line))

@@ -29,6 +29,15 @@ def test_script_connectors_and_newlines():
     assert _plan(["sh", "-c", "false && echo never"]).lines == []
 
 
+def test_redirections_to_stderr_and_dev_null_are_accepted():
+    t = _plan(
+        ["sh", "-c", "echo oops >&2; echo quiet > /dev/null 2>&1; echo kept 2>/dev/null; exit 2"]
+    )
+    assert t.scripted
+    assert [text for _, text in t.lines] == ["oops", "kept"]
+    assert t.exit_code == 2
+
+
 def test_exec_form_sleep_and_unknown_programs():
     assert _plan(["sleep", "30"]).duration == 30.0
     opaque = _plan(["python", "train.py"], default=120.0)
