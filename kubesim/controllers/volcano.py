@@ -152,6 +152,7 @@ class VolcanoController:
     # ---- wiring ------------------------------------------------------------------------------
     def install(self) -> None:
         self.store.add_admission_hook(JOB_API, "Job", self._job_webhook)
+        self.store.add_admission_hook(QUEUE_API, "Queue", self._queue_webhook)
         self.store.add_write_listener(self._on_write)
         for api, kind in (
             ("v1", "Pod"),
@@ -259,6 +260,84 @@ class VolcanoController:
                     "BadRequest",
                     f'admission webhook "validatejob.volcano.sh" denied the request: {message}',
                 )
+
+    def _queue_webhook(self, operation: str, queue: dict, old: dict | None) -> None:
+        """validatequeue.volcano.sh: resource relations, hierarchy and undeletable queues."""
+        name = queue["metadata"]["name"]
+
+        def deny(message: str) -> ApiError:
+            return ApiError(
+                400,
+                "BadRequest",
+                f'admission webhook "validatequeue.volcano.sh" denied the request: {message}',
+            )
+
+        if operation == "DELETE":
+            if name in ("default", "root"):
+                raise deny(f"`{name}` queue can not be deleted")
+            children = sorted(
+                q for q, obj in self.queues.items() if (obj.get("spec") or {}).get("parent") == name
+            )
+            if children:
+                raise deny(
+                    f"queue {name} can not be deleted because it has {len(children)} child "
+                    f"queues: {', '.join(children)}"
+                )
+            return
+        spec = queue.get("spec") or {}
+        guarantee = (spec.get("guarantee") or {}).get("resource") or {}
+        deserved = spec.get("deserved") or {}
+        capability = spec.get("capability") or {}
+        errors = []
+        path = "requestBody.spec"
+        for resource, value in guarantee.items():
+            if resource not in deserved:
+                errors.append(
+                    f'{path}.deserved.{resource}: Invalid value: "<nil>": deserved[{resource}] '
+                    f"must be >= guarantee[{resource}]={value}"
+                )
+            elif to_milli(deserved[resource]) < to_milli(value):
+                errors.append(
+                    f'{path}.deserved.{resource}: Invalid value: "{deserved[resource]}": '
+                    f"deserved[{resource}]={deserved[resource]} must be >= "
+                    f"guarantee[{resource}]={value}"
+                )
+        for resource, value in deserved.items():
+            if resource in capability and to_milli(value) > to_milli(capability[resource]):
+                errors.append(
+                    f'{path}.deserved.{resource}: Invalid value: "{value}": deserved[{resource}]='
+                    f"{value} must be <= capability[{resource}]={capability[resource]}"
+                )
+        if errors:
+            raise deny(errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]")
+        parent = spec.get("parent")
+        if not parent or parent == "root":
+            return
+        old_parent = ((old or {}).get("spec") or {}).get("parent")
+        if operation == "CREATE" or old_parent != parent:
+            if parent == name:
+                raise deny(f"queue {name} cannot use itself as parent")
+            if parent not in self.queues:
+                raise deny(
+                    f"failed to get parent queue of queue {name}: "
+                    f'queue.scheduling.volcano.sh "{parent}" not found'
+                )
+        for resource, value in capability.items():
+            ancestor = parent
+            seen: set[str] = set()
+            while ancestor and ancestor not in seen:
+                seen.add(ancestor)
+                ancestor_spec = (self.queues.get(ancestor) or {}).get("spec") or {}
+                limit = (ancestor_spec.get("capability") or {}).get(resource)
+                if limit is not None:
+                    if to_milli(value) > to_milli(limit):
+                        raise deny(
+                            f"queue {name} capability[{resource}]="
+                            f"{_volcano_amount(resource, to_milli(value))} exceeds its "
+                            f"ancestor's capability={_volcano_amount(resource, to_milli(limit))}"
+                        )
+                    break
+                ancestor = ancestor_spec.get("parent")
 
     @staticmethod
     def _default_job(job: dict) -> None:
@@ -1434,6 +1513,15 @@ def _policy_errors(policies, path: str) -> str:
                 f"{_go_list(VALID_EVENTS)}, valid actions are {_go_list(VALID_ACTIONS)};"
             )
     return msg
+
+
+def _volcano_amount(resource: str, milli: int) -> str:
+    """How the queue webhook prints an amount (cpu/memory as quantities, others as milli %.2f)."""
+    if resource == "cpu":
+        return format_milli("cpu", milli)
+    if resource == "memory":
+        return format_milli("memory", milli)
+    return f"{milli:.2f}"
 
 
 def _go_list(items: list[str]) -> str:

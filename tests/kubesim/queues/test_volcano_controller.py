@@ -301,7 +301,7 @@ def test_other_queues_guarantees_are_not_available(volcano):
             "apiVersion": PG_API,
             "kind": "Queue",
             "metadata": {"name": "reserved"},
-            "spec": {"guarantee": {"resource": {GPU: "12"}}},
+            "spec": {"guarantee": {"resource": {GPU: "12"}}, "deserved": {GPU: "12"}},
         }
     )
     job = vcjob(store, "greedy", [task("main", 1, 8)])
@@ -378,3 +378,41 @@ def test_close_queue_command_and_ttl_after_finished(volcano):
     ctx.clock.advance(61)
     controller.reconcile()
     assert store.try_get(JOB_API, "Job", "default", "short") is None
+
+
+def test_queue_webhook_answers_like_volcano(volcano):
+    ctx, controller = volcano
+    store = ctx.store
+
+    def queue(name, **spec):
+        return store.create(
+            {"apiVersion": PG_API, "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+        )
+
+    with pytest.raises(ApiError) as denied:
+        queue("bad", guarantee={"resource": {GPU: "4"}}, deserved={GPU: "2"})
+    assert denied.value.message == (
+        'admission webhook "validatequeue.volcano.sh" denied the request: '
+        'requestBody.spec.deserved.nvidia.com/gpu: Invalid value: "2": '
+        "deserved[nvidia.com/gpu]=2 must be >= guarantee[nvidia.com/gpu]=4"
+    )
+    queue("dept", capability={GPU: "16"})
+    controller.reconcile()
+    with pytest.raises(ApiError) as denied:
+        queue("greedy", parent="dept", capability={GPU: "32"})
+    assert denied.value.message.endswith(
+        "queue greedy capability[nvidia.com/gpu]=32000.00 exceeds its ancestor's "
+        "capability=16000.00"
+    )
+    queue("proj", parent="dept", capability={GPU: "8"})
+    controller.reconcile()
+    with pytest.raises(ApiError) as denied:
+        store.delete(PG_API, "Queue", None, "dept")
+    assert denied.value.message.endswith(
+        "queue dept can not be deleted because it has 1 child queues: proj"
+    )
+    with pytest.raises(ApiError) as denied:
+        store.delete(PG_API, "Queue", None, "default")
+    assert denied.value.message.endswith("`default` queue can not be deleted")
+    controller.reconcile()
+    assert store.get(PG_API, "Queue", None, "dept")["status"]["state"] == "Open"
