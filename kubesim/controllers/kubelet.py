@@ -95,11 +95,13 @@ class DeviceManager:
 
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
-        # node -> device uuid -> (namespace, pod, container)
-        self.assigned: dict[str, dict[str, tuple[str, str, str]]] = {}
+        # node -> device uuid -> (namespace, pod, container, pod uid)
+        self.assigned: dict[str, dict[str, tuple[str, str, str, str]]] = {}
 
     def holder(self, node: str, device_uuid: str) -> tuple[str, str, str] | None:
-        return self.assigned.get(node, {}).get(device_uuid)
+        """(namespace, pod, container) holding the device."""
+        held = self.assigned.get(node, {}).get(device_uuid)
+        return held[:3] if held else None
 
     def allocate(self, node: str, pod: dict) -> dict[str, dict[str, list[str]]]:
         devices = self.cluster.devices(node)
@@ -130,7 +132,12 @@ class DeviceManager:
         for container, by_resource in plan.items():
             for uuids in by_resource.values():
                 for device_uuid in uuids:
-                    taken[device_uuid] = (meta.get("namespace") or "", meta["name"], container)
+                    taken[device_uuid] = (
+                        meta.get("namespace") or "",
+                        meta["name"],
+                        container,
+                        meta.get("uid", ""),
+                    )
         return plan
 
     def restore(self, node: str, pod: dict, plan: dict[str, dict[str, list[str]]]) -> None:
@@ -139,18 +146,28 @@ class DeviceManager:
         for container, by_resource in plan.items():
             for uuids in by_resource.values():
                 for device_uuid in uuids:
-                    taken[device_uuid] = (meta.get("namespace") or "", meta["name"], container)
+                    taken[device_uuid] = (
+                        meta.get("namespace") or "",
+                        meta["name"],
+                        container,
+                        meta.get("uid", ""),
+                    )
 
-    def release(self, node: str, namespace: str, name: str) -> None:
+    def release(self, node: str, namespace: str, name: str, uid: str) -> None:
+        """Free the devices of one pod (by uid: a new pod of the same name keeps its own)."""
         taken = self.assigned.get(node, {})
-        for device_uuid in [u for u, h in taken.items() if h[0] == namespace and h[1] == name]:
+        for device_uuid in [
+            u for u, h in taken.items() if h[0] == namespace and h[1] == name and h[3] == uid
+        ]:
             del taken[device_uuid]
 
     def pod_resources(self, node: str) -> dict:
         """The node's assignments in the shape of the kubelet pod-resources API v1 List()."""
         pods: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = {}
         devices = self.cluster.devices(node)
-        for device_uuid, (namespace, pod, container) in sorted(self.assigned.get(node, {}).items()):
+        for device_uuid, (namespace, pod, container, _uid) in sorted(
+            self.assigned.get(node, {}).items()
+        ):
             resource = devices[device_uuid].resource if device_uuid in devices else "nvidia.com/gpu"
             pods.setdefault((namespace, pod), {}).setdefault(container, {}).setdefault(
                 resource, []
@@ -522,9 +539,10 @@ class PodRunner:
         except Exception:  # keep the kubelet alive; the pod stays as last reported
             traceback.print_exc()
         finally:
-            self.kubelet.devices.release(self.node, self.namespace, self.name)
+            self.kubelet.devices.release(self.node, self.namespace, self.name, self.uid)
             self.finished = True
-            self.kubelet.runners.pop(self.key, None)
+            if self.kubelet.runners.get(self.key) is self:
+                del self.kubelet.runners[self.key]
 
     def _annotate_devices(self) -> None:
         if not self.devices:

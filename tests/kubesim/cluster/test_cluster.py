@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 from kubernetes import client
@@ -825,3 +826,24 @@ def test_services_get_cluster_ips_and_endpoints_with_gang_hostnames(core, batch,
         return sorted(a.hostname for s in subsets for a in s.addresses or [])
 
     assert wait_for(lambda: hostnames() == ["gang-0", "gang-1"], timeout=15)
+
+
+def test_a_pod_recreated_under_the_same_name_keeps_its_own_devices(core, namespace, sim):
+    limits = {"nvidia.com/gpu": 1}
+    selector = {"kubernetes.io/hostname": "gpu-h100-1"}
+    core.create_namespaced_pod(
+        namespace, pod_manifest("same", ["sleep", "100000"], limits=limits, node_selector=selector)
+    )
+    wait_for(lambda: phase(core, namespace, "same") == "Running")
+    core.delete_namespaced_pod("same", namespace, grace_period_seconds=0)
+    core.create_namespaced_pod(
+        namespace, pod_manifest("same", ["sleep", "100000"], limits=limits, node_selector=selector)
+    )
+    wait_for(lambda: phase(core, namespace, "same") == "Running")
+    time.sleep(0.5)  # let the old pod's task finish its clean-up
+    status, body = sim.request("GET", "/kubesim/nodes/gpu-h100-1/pod-resources")
+    assert status == 200
+    held = [p for p in body["pod_resources"] if p["namespace"] == namespace and p["name"] == "same"]
+    assert len(held) == 1
+    uuid = core.read_namespaced_pod("same", namespace).metadata.annotations["kubesim.dev/gpu-uuids"]
+    assert held[0]["containers"][0]["devices"][0]["device_ids"] == [uuid]
