@@ -444,6 +444,8 @@ class KueueController:
         if operation == "DELETE":
             return
         spec = cq.get("spec") or {}
+        if operation == "UPDATE" and old is not None and (old.get("spec") or {}) == spec:
+            return  # a status write
         errors: list[str] = []
         preemption = spec.get("preemption") or {}
         borrow = (preemption.get("borrowWithinCohort") or {}).get("policy") or "Never"

@@ -285,6 +285,8 @@ class VolcanoController:
                 )
             return
         spec = queue.get("spec") or {}
+        if operation == "UPDATE" and old is not None and (old.get("spec") or {}) == spec:
+            return  # a status write
         guarantee = (spec.get("guarantee") or {}).get("resource") or {}
         deserved = spec.get("deserved") or {}
         capability = spec.get("capability") or {}
