@@ -101,9 +101,11 @@ def celery_to_redis():
     app.conf.broker_url = E2E_REDIS_URL
     app.conf.broker_transport_options = {"visibility_timeout": 3600}
     app._pool = None
+    app.amqp._producer_pool = None
     yield app
     app.conf.broker_url, app.conf.broker_transport_options = saved
     app._pool = None
+    app.amqp._producer_pool = None
 
 
 @pytest.fixture

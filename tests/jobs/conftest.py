@@ -43,6 +43,8 @@ def _in_memory_broker():
     app.conf.broker_url = "memory://"
     app.conf.broker_transport_options = {}
     app._pool = None
+    app.amqp._producer_pool = None
     yield
     app.conf.broker_url, app.conf.broker_transport_options = saved
     app._pool = None
+    app.amqp._producer_pool = None
