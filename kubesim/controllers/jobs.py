@@ -452,10 +452,9 @@ class JobController:
                         status["completionTime"] = now
                         self.record(job, "Completed", "Job completed")
             elif suspended:
+                # startTime stays (Kueue's job reconciler is what clears it on eviction); a
+                # resume resets it.
                 delete_pods = active_pods
-                # A suspended Job has not started (its deadline timer stops; Kueue may change
-                # the scheduling directives of its template again).
-                status.pop("startTime", None)
                 if not has("Suspended"):
                     add_condition(
                         _condition("Suspended", "True", "JobSuspended", "Job suspended", now)

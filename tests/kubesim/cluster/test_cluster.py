@@ -351,7 +351,6 @@ def test_active_deadline_and_suspend(core, batch, namespace):
     paused = batch.read_namespaced_job("pausable", namespace).status
     assert not paused.active
     assert paused.failed == 1
-    assert paused.start_time is None
     batch.patch_namespaced_job("pausable", namespace, {"spec": {"suspend": False}})
     wait_for(
         lambda: any(p.status.phase == "Running" for p in job_pods(core, namespace, "pausable"))
@@ -362,6 +361,8 @@ def test_active_deadline_and_suspend(core, batch, namespace):
         if c.type == "Suspended"
     )
     assert (resumed.status, resumed.reason) == ("False", "JobResumed")
+    restarted = batch.read_namespaced_job("pausable", namespace).status.start_time
+    assert restarted >= paused.start_time
 
 
 def test_dcgm_metrics_parse_and_name_the_pod_holding_each_gpu(core, namespace):
