@@ -11,6 +11,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from jobs.models import Job, JobEvent, JobKind
@@ -18,7 +19,7 @@ from jobs.selectors import job_manifests, pool_facts_for_project
 from jobs.states import JobState, can_transition, sources_for
 from jobs.validation import JobRequest, ValidationResult, validate_job_request
 from quotas.models import GpuPool
-from tenants.models import Project
+from tenants.models import Membership, Project
 from tenants.permissions import WRITER_ROLES, can_write, is_staff, role_in
 
 log = logging.getLogger(__name__)
@@ -115,8 +116,14 @@ def _writable_project(actor: Any, project: Project | str) -> Project:
     """The project if the actor may submit to it: ValidationError when they cannot see it (the
     same answer as a missing project), PermissionDenied when they only view it."""
     slug = project if isinstance(project, str) else project.slug
-    found = Project.objects.filter(slug=slug).first() if isinstance(project, str) else project
-    role = role_in(actor, found) if found is not None else None
+    # The project and the actor's role in it in one query.
+    my_role = Membership.objects.filter(project=OuterRef("pk"), user_id=actor.pk).values("role")
+    found = (
+        Project.objects.filter(slug=slug).annotate(my_role=Subquery(my_role[:1])).first()
+        if isinstance(project, str)
+        else project
+    )
+    role = getattr(found, "my_role", None) if isinstance(project, str) else role_in(actor, found)
     if found is None or (role is None and not is_staff(actor)):
         raise ValidationError({"project": [f"No project {slug!r} that you belong to."]})
     if not (is_staff(actor) or role in WRITER_ROLES):
@@ -163,7 +170,8 @@ def job_submit(
     )
     result = validate_job_request(request, pool_facts_for_project(project=project))
     name = request.name or _generated_name(kind or "job")
-    if result.ok and Job.objects.active().filter(project=project, name=name).exists():
+    # A real submission relies on the unique constraint (one query less on the hot path).
+    if dry_run and result.ok and Job.objects.active().filter(project=project, name=name).exists():
         result.add("name", f"A job named {name!r} is already active in project {project.slug}.")
     if not result.ok and not dry_run:
         raise ValidationError(result.errors)
