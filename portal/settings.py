@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import environ
+from celery.schedules import schedule as celery_schedule
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -181,11 +182,26 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = 120
 CELERY_TASK_TIME_LIMIT = 180
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_SCHEDULE: dict = {}
+# Periodic resync of every live job and every quota object (seconds). A lost Celery message
+# delays a job by at most this long.
+PORTAL_RESYNC_SECONDS = env.float("PORTAL_RESYNC_SECONDS", default=60.0)
+CELERY_BEAT_SCHEDULE = {
+    "resync-jobs-and-quotas": {
+        "task": "jobs.tasks.resync_all",
+        "schedule": celery_schedule(PORTAL_RESYNC_SECONDS),
+        # A resync older than one period is superseded by the next one.
+        "options": {"expires": PORTAL_RESYNC_SECONDS},
+    },
+}
 
 # Kubernetes: a kubeconfig path (kubesim writes one for the demo) or the in-cluster config.
 KUBECONFIG = env.str("KUBECONFIG", default=str(VAR_DIR / "kubesim" / "kubeconfig"))
 PORTAL_KUBE_IN_CLUSTER = env.bool("PORTAL_KUBE_IN_CLUSTER", default=False)
+# Client-side pacing of Kubernetes API calls, per worker process (token bucket; 0 = off).
+PORTAL_KUBE_QPS = env.float("PORTAL_KUBE_QPS", default=20.0)
+PORTAL_KUBE_BURST = env.int("PORTAL_KUBE_BURST", default=40)
+# runtimeClassName for GPU pods (e.g. "nvidia" where the NVIDIA runtime is not the default).
+PORTAL_RUNTIME_CLASS = env.str("PORTAL_RUNTIME_CLASS", default="")
 
 LOGGING = {
     "version": 1,
