@@ -244,3 +244,13 @@ def test_quota_edit_and_delete_touch_only_owned_objects(org):
     assert kube.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", name) is None
     assert kube.get("scheduling.volcano.sh/v1beta1", "Queue", name) is None
     assert kube.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", "someone-elses") is not None
+
+
+def test_a_failing_container_fails_the_job_with_its_exit_code(org):
+    from jobs.models import Job
+
+    job = submit(org, kind="single", gpus=1, command=["sh", "-c", "sleep 1; exit 3"])
+    seen = reconcile_until(job, {"succeeded", "failed"})
+    assert seen[-1] == "failed", seen
+    stored = Job.objects.get(pk=job.pk)
+    assert "exited with code 3" in stored.state_message, stored.state_message
