@@ -964,6 +964,21 @@ class KueueController:
             if exc.code in (404, 409):
                 return
             raise
+        if (updated.get("status") or {}).get("startTime"):
+            # Kueue resets startTime so the scheduling directives may change on the next start.
+            try:
+                updated = self.store.patch(
+                    "batch/v1",
+                    "Job",
+                    meta["namespace"],
+                    meta["name"],
+                    {"status": {"startTime": None}},
+                    subresource="status",
+                    field_manager=FIELD_MANAGER,
+                )
+            except ApiError as exc:
+                if exc.code not in (404, 409):
+                    raise
         events.record(self.store, updated, "Stopped", message, component=JOB_CONTROLLER)
 
     def _sync_pods_ready(self, job: dict, wl: dict) -> None:

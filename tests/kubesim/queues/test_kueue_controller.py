@@ -290,6 +290,7 @@ def test_higher_priority_preempts_lower_in_same_cluster_queue(kueue):
     gpu_setup(store, preemption={"withinClusterQueue": "LowerPriority"})
     low = gpu_job(store, "low", 4, priority_class="low")
     controller.reconcile()
+    set_job_status(store, low, startTime="2027-01-15T08:00:00Z", active=1)
     assert workload_of(store, low)["spec"]["priority"] == 10
     assert workload_of(store, low)["spec"]["priorityClassRef"] == {
         "group": "kueue.x-k8s.io",
@@ -303,6 +304,7 @@ def test_higher_priority_preempts_lower_in_same_cluster_queue(kueue):
         "due to prioritization in the ClusterQueue"
         in cond(workload_of(store, low), "Evicted")["message"]
     )
+    assert "startTime" not in job_now(store, low).get("status", {})  # reset when stopped
     set_job_status(store, low, active=0)
     controller.reconcile()
     assert job_now(store, high)["spec"]["suspend"] is False
