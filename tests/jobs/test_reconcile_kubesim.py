@@ -254,3 +254,16 @@ def test_a_failing_container_fails_the_job_with_its_exit_code(org):
     assert seen[-1] == "failed", seen
     stored = Job.objects.get(pk=job.pk)
     assert "exited with code 3" in stored.state_message, stored.state_message
+
+
+def test_a_higher_priority_job_preempts_and_the_victim_shows_preempted(org):
+    from jobs.models import Job
+
+    low = submit(org, kind="gang", gpus=8, replicas=2, priority="low", command=["sleep", "36000"])
+    reconcile_until(low, {"running"})
+    high = submit(org, kind="gang", gpus=8, replicas=2, priority="high")
+    reconcile_until(high, {"admitted", "running", "succeeded"})
+    reconcile_until(low, {"preempted", "queued"})
+    stored = Job.objects.get(pk=low.pk)
+    events = list(stored.events.values_list("to_state", flat=True))
+    assert "preempted" in events, (events, stored.state_reason, stored.state_message)
