@@ -27,6 +27,7 @@ _DELETE_ORDER = {"project": 0, "pool": 1, "priority": 2, "department": 3}
 @dataclass
 class SyncReport:
     applied: int = 0
+    unchanged: int = 0
     deleted: int = 0
     conflicts: list[str] = field(default_factory=list)  # names held by objects we do not own
     errors: list[str] = field(default_factory=list)
@@ -76,6 +77,23 @@ def quota_model() -> qm.QuotaModel:
     )
 
 
+def contains(live: Any, desired: Any) -> bool:
+    """Whether the live object already holds every field and value of the desired one (the
+    server adds defaults and status; a value it normalised differently just means one more
+    apply)."""
+    if isinstance(desired, dict):
+        return isinstance(live, dict) and all(
+            k in live and contains(live[k], v) for k, v in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(live, list)
+            and len(live) == len(desired)
+            and all(contains(a, b) for a, b in zip(live, desired, strict=True))
+        )
+    return live == desired
+
+
 def _key(obj: dict[str, Any]) -> tuple[str, str, str, str]:
     meta = obj.get("metadata") or {}
     return (obj["apiVersion"], obj["kind"], meta.get("namespace") or "", meta["name"])
@@ -105,6 +123,9 @@ def sync_quota_objects(model: qm.QuotaModel | None = None) -> SyncReport:
     retry: RetryableKubeError | None = None
     for obj in desired:
         key = _key(obj)
+        if key in owned and contains(owned[key], obj):
+            report.unchanged += 1
+            continue  # already as desired: the periodic resync costs only the LIST calls
         try:
             if key not in owned:
                 api_version, kind, namespace, name = key

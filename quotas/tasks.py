@@ -18,7 +18,12 @@ def sync_quotas() -> dict:
     from quotas.sync import sync_quota_objects
 
     report = sync_quota_objects()
-    return {"applied": report.applied, "deleted": report.deleted, "conflicts": report.conflicts}
+    return {
+        "applied": report.applied,
+        "unchanged": report.unchanged,
+        "deleted": report.deleted,
+        "conflicts": report.conflicts,
+    }
 
 
 def enqueue_quota_sync() -> None:

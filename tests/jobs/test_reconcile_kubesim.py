@@ -223,8 +223,14 @@ def test_quota_edit_and_delete_touch_only_owned_objects(org):
             "spec": {"namespaceSelector": {}},
         }
     )
+    # Nothing changed: the resync only lists, it applies nothing.
+    again = sync_quota_objects()
+    assert (again.applied, again.deleted, again.errors) == (0, 0, [])
+    assert again.unchanged > 0
     ProjectQuota.objects.filter(project=project, resource="gpu").update(nominal=12)
-    sync_quota_objects()
+    changed = sync_quota_objects()
+    # The ClusterQueue, the project's and department's Volcano queues, the ResourceQuota.
+    assert changed.applied == 4, changed
     cq = kube.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", name)
     gpu = next(
         r
