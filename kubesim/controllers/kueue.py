@@ -52,6 +52,7 @@ CQ_NAME_LABEL = f"{GROUP}/cluster-queue-name"
 LQ_NAME_LABEL = f"{GROUP}/local-queue-name"
 
 FIELD_MANAGER = "kueue"
+RESOURCE_IN_USE = f"{GROUP}/resource-in-use"  # finalizer on ClusterQueues and ResourceFlavors
 ADMISSION = "kueue-admission"
 WORKLOAD_CONTROLLER = "kueue-workload-controller"
 JOB_CONTROLLER = "batch/job-kueue-controller"
@@ -348,6 +349,9 @@ class KueueController:
             or deleted
             or before.get("spec") != obj.get("spec")
             or (before["metadata"].get("labels") != obj["metadata"].get("labels"))
+            or before["metadata"].get("deletionTimestamp")
+            != obj["metadata"].get("deletionTimestamp")
+            or before["metadata"].get("finalizers") != obj["metadata"].get("finalizers")
         ):
             self.config_dirty = True
 
@@ -624,6 +628,7 @@ class KueueController:
                 break
             self._drain_dirty(now)
         self._schedule(now)
+        self._sync_finalizers()
         # Newly admitted or evicted workloads: let their Jobs follow right away.
         for _ in range(3):
             if not self.dirty_jobs:
@@ -636,6 +641,48 @@ class KueueController:
             self._write_queue_status()
         else:
             self.status_pending = True
+
+    # ---- finalizers --------------------------------------------------------------------------
+    def _sync_finalizers(self) -> None:
+        """kueue.x-k8s.io/resource-in-use: a ClusterQueue is only deleted once no workload holds
+        quota in it, a ResourceFlavor once no ClusterQueue refers to it."""
+        reserving: set[str] = set()
+        for wl in self.engine.workloads.values():
+            if wl.usage is not None:
+                reserving.add(wl.cluster_queue)
+        referenced: set[str] = set()
+        for obj in self.cluster_queues.values():
+            if obj["metadata"].get("deletionTimestamp"):
+                continue
+            for group in (obj.get("spec") or {}).get("resourceGroups") or []:
+                referenced.update(f["name"] for f in group.get("flavors") or [])
+        for kind, table, in_use in (
+            ("ClusterQueue", self.cluster_queues, reserving),
+            ("ResourceFlavor", self.flavors, referenced),
+        ):
+            for name, obj in list(table.items()):
+                meta = obj["metadata"]
+                finalizers = list(meta.get("finalizers") or [])
+                if meta.get("deletionTimestamp"):
+                    if RESOURCE_IN_USE not in finalizers or name in in_use:
+                        continue
+                    finalizers.remove(RESOURCE_IN_USE)
+                elif RESOURCE_IN_USE in finalizers:
+                    continue
+                else:
+                    finalizers.append(RESOURCE_IN_USE)
+                try:
+                    self.store.patch(
+                        API,
+                        kind,
+                        None,
+                        name,
+                        {"metadata": {"finalizers": finalizers}},
+                        field_manager=FIELD_MANAGER,
+                    )
+                except ApiError as exc:
+                    if exc.code not in (404, 409):
+                        raise
 
     # ---- configuration -----------------------------------------------------------------------
     def _rebuild_config(self) -> None:
@@ -686,6 +733,7 @@ class KueueController:
                     namespace_selector=spec.get("namespaceSelector"),
                     stop_policy=spec.get("stopPolicy") or "None",
                     missing_flavors=missing,
+                    terminating=bool(obj["metadata"].get("deletionTimestamp")),
                 )
             )
         cohort_quotas: dict[str, dict] = {}
@@ -1501,6 +1549,13 @@ class KueueController:
                     flavors_usage.append({"name": flavor, "resources": resources})
             if cq.active:
                 active = _condition("Active", True, "Ready", "Can admit new workloads")
+            elif cq.terminating:
+                active = _condition(
+                    "Active",
+                    False,
+                    "Terminating",
+                    "Can't admit new workloads; clusterQueue is terminating",
+                )
             elif cq.missing_flavors:
                 active = _condition(
                     "Active",

@@ -78,6 +78,7 @@ class ClusterQueue:
     namespace_selector: dict | None = None
     stop_policy: str = "None"
     missing_flavors: list[str] = field(default_factory=list)
+    terminating: bool = False
     usage: dict[FlavorResource, int] = field(default_factory=dict)
 
     def group_of(self, resource: str) -> ResourceGroup | None:
@@ -88,7 +89,7 @@ class ClusterQueue:
 
     @property
     def active(self) -> bool:
-        return not self.missing_flavors and self.stop_policy == "None"
+        return not self.missing_flavors and self.stop_policy == "None" and not self.terminating
 
     def borrowing_in(self, frs) -> bool:
         return any(self.usage.get(fr, 0) > self.quota(fr).nominal for fr in frs)

@@ -521,3 +521,32 @@ def test_hold_and_drain_evicts_and_restart_requeues(kueue):
     wl = workload_of(store, job)
     assert cond(wl, "Requeued")["reason"] == "ClusterQueueRestarted"
     assert cond(wl, "Admitted")["status"] == "True"
+
+
+def test_cluster_queue_with_admitted_workloads_waits_for_them_before_going_away(kueue):
+    ctx, controller = kueue
+    store = ctx.store
+    gpu_setup(store)
+    job = gpu_job(store, "inflight", 1)
+    controller.reconcile()
+    cq = store.get(API, "ClusterQueue", None, "cq-a")
+    assert "kueue.x-k8s.io/resource-in-use" in cq["metadata"]["finalizers"]
+    store.delete(API, "ClusterQueue", None, "cq-a")
+    controller.reconcile()
+    terminating = store.get(API, "ClusterQueue", None, "cq-a")
+    assert terminating["metadata"]["deletionTimestamp"]
+    active = next(c for c in terminating["status"]["conditions"] if c["type"] == "Active")
+    assert (active["reason"], active["message"]) == (
+        "Terminating",
+        "Can't admit new workloads; clusterQueue is terminating",
+    )
+    complete(store, job)
+    controller.reconcile()
+    assert store.try_get(API, "ClusterQueue", None, "cq-a") is None
+    controller.reconcile()
+    assert store.try_get(API, "ResourceFlavor", None, "h100")["metadata"]["finalizers"] == [
+        "kueue.x-k8s.io/resource-in-use"
+    ]
+    store.delete(API, "ResourceFlavor", None, "h100")
+    controller.reconcile()
+    assert store.try_get(API, "ResourceFlavor", None, "h100") is None
