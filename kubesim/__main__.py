@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(serve(options))
     except KeyboardInterrupt:
         return 0
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # a missing --crds dir, a port in use, bad state
         print(f"kubesim: {exc}", file=sys.stderr)
         return 2
 
