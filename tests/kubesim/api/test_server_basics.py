@@ -188,3 +188,65 @@ def test_fault_injection_drops_connections(kubesim_fresh):
     api.close()
     # the server survived the dropped connections
     assert "Traceback" not in kubesim_fresh.log_file.read_text()
+
+
+def test_state_keeps_custom_resources_and_run_time_crds(kubesim_factory, tmp_path):
+    state = tmp_path / "state.json"
+    group = "keep.example.com"
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"things.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Cluster",
+            "names": {"plural": "things", "singular": "thing", "kind": "Thing"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    first = kubesim_factory(state=state, no_cluster=True)
+    api = first.api_client()
+    client.ApiextensionsV1Api(api).create_custom_resource_definition(crd)
+    custom = client.CustomObjectsApi(api)
+    thing = custom.create_cluster_custom_object(
+        group,
+        "v1",
+        "things",
+        {"apiVersion": f"{group}/v1", "kind": "Thing", "metadata": {"name": "t1"}, "x": 1},
+    )
+    rf = custom.create_cluster_custom_object(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "resourceflavors",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "a100"},
+        },
+    )
+    api.close()
+    assert first.stop() == 0
+
+    second = kubesim_factory(state=state, no_cluster=True)
+    api = second.api_client()
+    custom = client.CustomObjectsApi(api)
+    again = custom.get_cluster_custom_object(group, "v1", "things", "t1")
+    assert again["metadata"]["uid"] == thing["metadata"]["uid"]
+    assert again["x"] == 1
+    rf_again = custom.get_cluster_custom_object(
+        "kueue.x-k8s.io", "v1beta2", "resourceflavors", "a100"
+    )
+    assert rf_again["metadata"]["resourceVersion"] == rf["metadata"]["resourceVersion"]
+    api.close()
