@@ -52,7 +52,7 @@ CQ_NAME_LABEL = f"{GROUP}/cluster-queue-name"
 LQ_NAME_LABEL = f"{GROUP}/local-queue-name"
 
 FIELD_MANAGER = "kueue"
-RESOURCE_IN_USE = f"{GROUP}/resource-in-use"  # finalizer on ClusterQueues and ResourceFlavors
+RESOURCE_IN_USE = f"{GROUP}/resource-in-use"  # finalizer on ClusterQueues holding quota
 ADMISSION = "kueue-admission"
 WORKLOAD_CONTROLLER = "kueue-workload-controller"
 JOB_CONTROLLER = "batch/job-kueue-controller"
@@ -644,45 +644,36 @@ class KueueController:
 
     # ---- finalizers --------------------------------------------------------------------------
     def _sync_finalizers(self) -> None:
-        """kueue.x-k8s.io/resource-in-use: a ClusterQueue is only deleted once no workload holds
-        quota in it, a ResourceFlavor once no ClusterQueue refers to it."""
+        """kueue.x-k8s.io/resource-in-use on ClusterQueues: deleting one in which workloads hold
+        quota waits until they are gone. (Kueue keeps the finalizer on every ClusterQueue and
+        drops it within moments of an empty one being deleted; kubesim sets it only while quota is
+        held, so deleting an idle ClusterQueue is immediate.)"""
         reserving: set[str] = set()
         for wl in self.engine.workloads.values():
             if wl.usage is not None:
                 reserving.add(wl.cluster_queue)
-        referenced: set[str] = set()
-        for obj in self.cluster_queues.values():
-            if obj["metadata"].get("deletionTimestamp"):
+        for name, obj in list(self.cluster_queues.items()):
+            meta = obj["metadata"]
+            finalizers = list(meta.get("finalizers") or [])
+            held = RESOURCE_IN_USE in finalizers
+            if name in reserving and not held and not meta.get("deletionTimestamp"):
+                finalizers.append(RESOURCE_IN_USE)
+            elif held and name not in reserving:
+                finalizers.remove(RESOURCE_IN_USE)
+            else:
                 continue
-            for group in (obj.get("spec") or {}).get("resourceGroups") or []:
-                referenced.update(f["name"] for f in group.get("flavors") or [])
-        for kind, table, in_use in (
-            ("ClusterQueue", self.cluster_queues, reserving),
-            ("ResourceFlavor", self.flavors, referenced),
-        ):
-            for name, obj in list(table.items()):
-                meta = obj["metadata"]
-                finalizers = list(meta.get("finalizers") or [])
-                if meta.get("deletionTimestamp"):
-                    if RESOURCE_IN_USE not in finalizers or name in in_use:
-                        continue
-                    finalizers.remove(RESOURCE_IN_USE)
-                elif RESOURCE_IN_USE in finalizers:
-                    continue
-                else:
-                    finalizers.append(RESOURCE_IN_USE)
-                try:
-                    self.store.patch(
-                        API,
-                        kind,
-                        None,
-                        name,
-                        {"metadata": {"finalizers": finalizers}},
-                        field_manager=FIELD_MANAGER,
-                    )
-                except ApiError as exc:
-                    if exc.code not in (404, 409):
-                        raise
+            try:
+                self.store.patch(
+                    API,
+                    "ClusterQueue",
+                    None,
+                    name,
+                    {"metadata": {"finalizers": finalizers}},
+                    field_manager=FIELD_MANAGER,
+                )
+            except ApiError as exc:
+                if exc.code not in (404, 409):
+                    raise
 
     # ---- configuration -----------------------------------------------------------------------
     def _rebuild_config(self) -> None:

@@ -543,10 +543,3 @@ def test_cluster_queue_with_admitted_workloads_waits_for_them_before_going_away(
     complete(store, job)
     controller.reconcile()
     assert store.try_get(API, "ClusterQueue", None, "cq-a") is None
-    controller.reconcile()
-    assert store.try_get(API, "ResourceFlavor", None, "h100")["metadata"]["finalizers"] == [
-        "kueue.x-k8s.io/resource-in-use"
-    ]
-    store.delete(API, "ResourceFlavor", None, "h100")
-    controller.reconcile()
-    assert store.try_get(API, "ResourceFlavor", None, "h100") is None
