@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -49,14 +51,38 @@ def read_crd_files(paths: Iterable[str | Path]) -> list[dict]:
             else sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml", ".json"))
         )
         for path in files:
-            try:
-                documents = list(yaml.load_all(path.read_text(), Loader=YAML_LOADER))
-            except yaml.YAMLError as exc:
-                raise ValueError(f"{path}: not valid YAML: {exc}") from exc
-            for doc in documents:
+            for doc in _documents(path):
                 if isinstance(doc, dict) and doc.get("kind") == CRD_KIND:
                     crds.append(doc)
     return crds
+
+
+def _documents(path: Path) -> list:
+    """A file's YAML documents, through a JSON cache keyed by path, size and mtime (parsing the
+    Kueue CRDs' YAML is most of kubesim's start-up time; every test server reads them)."""
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    cache = Path(tempfile.gettempdir()) / "kubesim-yaml-cache" / f"{key.hexdigest()[:32]}.json"
+    try:
+        return orjson.loads(cache.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        pass
+    try:
+        documents = list(yaml.load_all(path.read_text(), Loader=YAML_LOADER))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from exc
+    try:
+        data = orjson.dumps(documents)
+    except TypeError:  # values JSON cannot hold (YAML timestamps): no cache for this file
+        return documents
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, cache)
+    except OSError:
+        pass
+    return documents
 
 
 def _validation_causes(crd: dict) -> list[dict]:
