@@ -52,7 +52,7 @@ _BUILTINS: list[tuple] = [
         True,
         ["deploy"],
         _ALL,
-        {"status"},
+        {"status", "scale"},
     ),
     (
         "apps",
@@ -63,7 +63,7 @@ _BUILTINS: list[tuple] = [
         True,
         ["sts"],
         _ALL,
-        {"status"},
+        {"status", "scale"},
     ),
     (
         "apps",
@@ -74,7 +74,7 @@ _BUILTINS: list[tuple] = [
         True,
         ["rs"],
         _ALL,
-        {"status"},
+        {"status", "scale"},
     ),
     ("apps", "v1", "DaemonSet", "daemonsets", "daemonset", True, ["ds"], _ALL, {"status"}),
     (

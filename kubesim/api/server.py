@@ -19,6 +19,7 @@ import yaml
 from aiohttp import web
 
 from kubesim.api import errors, protobuf, selectors, tables
+from kubesim.api import patch as patch_module
 from kubesim.api.builtins import EVENT_FIELDS_V1_TO_CORE
 from kubesim.api.discovery import Discovery, version_info
 from kubesim.api.openapi import OpenAPI
@@ -926,7 +927,86 @@ class KubeServer:
             raise errors.method_not_allowed()
         if sub == "binding" and request.method == "POST":
             return await self._bind(request, req)
+        if sub == "scale":
+            return await self._scale(request, req)
         raise errors.method_not_allowed()
+
+    def _scale_object(self, req: _Request, obj: dict) -> dict:
+        """autoscaling/v1 Scale of a Deployment/StatefulSet/ReplicaSet."""
+        meta = obj["metadata"]
+        match_labels = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        status = obj.get("status") or {}
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {
+                key: meta[key]
+                for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                if key in meta
+            },
+            "spec": {"replicas": int((obj.get("spec") or {}).get("replicas", 1))},
+            "status": {
+                "replicas": int(status.get("replicas", 0)),
+                "selector": ",".join(f"{k}={v}" for k, v in sorted(match_labels.items())),
+            },
+        }
+
+    async def _scale(self, request: web.Request, req: _Request) -> web.Response:
+        current = self._scale_object(req, self.store.get_raw(req.rtype, req.namespace, req.name))
+        if request.method == "GET":
+            return _json_response(current)
+        if request.method == "PUT":
+            body = await self._body(request)
+            wanted = body if isinstance(body, dict) else {}
+            rv = (wanted.get("metadata") or {}).get("resourceVersion")
+            if rv and rv != current["metadata"].get("resourceVersion"):
+                raise errors.conflict(
+                    req.rtype.group_resource,
+                    req.name or "",
+                    "the object has been modified; please apply your changes to the latest "
+                    "version and try again",
+                )
+        elif request.method == "PATCH":
+            patch_type = _PATCH_TYPES.get(request.content_type)
+            if patch_type not in ("merge", "json", "strategic"):
+                raise errors.unsupported_media_type(request.content_type)
+            body = await self._body(request)
+            try:
+                if patch_type == "json":
+                    wanted = patch_module.json_patch(current, body)
+                else:
+                    wanted = patch_module.json_merge_patch(current, body)
+            except patch_module.PatchError as exc:
+                raise errors.ApiError(exc.code, exc.reason, exc.message) from None
+        else:
+            raise errors.method_not_allowed()
+        replicas = (wanted.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise errors.invalid(
+                "Scale",
+                "autoscaling",
+                req.name or "",
+                [
+                    errors.invalid_value(
+                        "spec.replicas", replicas, "must be greater than or equal to 0"
+                    )
+                ],
+            )
+        self.store.patch(
+            req.rtype.api_version(req.version),
+            req.rtype.kind,
+            req.namespace,
+            req.name,
+            {"spec": {"replicas": replicas}},
+            patch_type="merge",
+            field_manager=self._field_manager(request),
+            dry_run=self._dry_run(request),
+        )
+        updated = self.store.get_raw(req.rtype, req.namespace, req.name)
+        scale = self._scale_object(req, updated)
+        if self._dry_run(request):
+            scale["spec"]["replicas"] = replicas
+        return _json_response(scale)
 
     async def _bind(self, request: web.Request, req: _Request) -> web.Response:
         body = await self._body(request)

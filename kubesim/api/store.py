@@ -57,6 +57,19 @@ _SERVER_METADATA = (
     "selfLink",
 )
 
+# status fields of built-in kinds that are serialized even when zero (no omitempty in Go);
+# the python client's models refuse these objects without them
+_STATUS_ZEROS = {
+    ("apps", "StatefulSet"): {"replicas": 0, "availableReplicas": 0},
+    ("apps", "ReplicaSet"): {"replicas": 0},
+    ("apps", "DaemonSet"): {
+        "currentNumberScheduled": 0,
+        "desiredNumberScheduled": 0,
+        "numberMisscheduled": 0,
+        "numberReady": 0,
+    },
+}
+
 WriteListener = Callable[[str, ResourceType, dict, "dict | None"], None]
 AdmissionHook = Callable[[str, dict, "dict | None"], None]
 
@@ -528,7 +541,8 @@ class Store:
             if rtype.is_crd:
                 obj.pop("status", None)
             else:
-                obj["status"] = {}  # built-in types always serialize their (empty) status
+                # built-in types serialize their status, with the fields Go never omits
+                obj["status"] = dict(_STATUS_ZEROS.get(ident, {}))
 
     def update(
         self,

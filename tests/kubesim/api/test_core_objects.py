@@ -468,3 +468,37 @@ def test_gpu_resources_are_validated_on_pods(core, namespace, resources, field):
     assert excinfo.value.status == 422
     causes = json.loads(excinfo.value.body)["details"]["causes"]
     assert field in [c["field"] for c in causes]
+
+
+def test_scale_subresource(kube_client, namespace):
+    apps = client.AppsV1Api(kube_client)
+    apps.create_namespaced_stateful_set(
+        namespace,
+        {
+            "metadata": {"name": "db"},
+            "spec": {
+                "replicas": 1,
+                "serviceName": "db",
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": {
+                    "metadata": {"labels": {"app": "db"}},
+                    "spec": {"containers": [{"name": "c", "image": "postgres"}]},
+                },
+            },
+        },
+    )
+    scale = apps.read_namespaced_stateful_set_scale("db", namespace)
+    assert scale.spec.replicas == 1
+    assert scale.status.selector == "app=db"
+    apps.patch_namespaced_stateful_set_scale(
+        "db", namespace, {"spec": {"replicas": 5}}, _content_type="application/merge-patch+json"
+    )
+    assert apps.read_namespaced_stateful_set("db", namespace).spec.replicas == 5
+    with pytest.raises(ApiException) as excinfo:
+        apps.patch_namespaced_stateful_set_scale(
+            "db",
+            namespace,
+            {"spec": {"replicas": -1}},
+            _content_type="application/merge-patch+json",
+        )
+    assert excinfo.value.status == 422

@@ -297,6 +297,12 @@ def test_kubectl_builtin_workflow(kubectl):
     )
     assert container["image"] == "nginx:2"
     assert container["env"] == [{"name": "A", "value": "1"}]
+    # the scale subresource
+    kubectl("scale", "deployment", "web", "--replicas=3", "-n", namespace)
+    scaled = kubectl(
+        "get", "deployment", "web", "-n", namespace, "-o", "jsonpath={.spec.replicas}"
+    ).stdout
+    assert scaled == "3"
     # a second client-side apply computes a patch against last-applied-configuration
     kubectl(
         "apply", "-n", namespace, "-f", "-", input=WORKLOADS.replace("replicas: 1", "replicas: 2")
