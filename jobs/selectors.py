@@ -10,9 +10,8 @@ from jobs.manifests import JobManifestInput
 from jobs.models import Job, JobKind
 from jobs.states import ACTIVE
 from jobs.validation import PoolFacts
-from quotas import mig
-from quotas.models import GpuPool
-from quotas.selectors import quota_rows_for_projects
+from quotas import arithmetic, mig
+from quotas.models import DepartmentQuota, ProjectQuota
 from tenants.models import Project
 
 
@@ -30,25 +29,64 @@ def job_events(*, job: Job) -> QuerySet:
 
 
 def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
-    """The pools the project has quota in, with its maximum usable amount per resource."""
-    rows = quota_rows_for_projects(projects=[project])[project.pk]
-    maxima: dict[str, dict[str, int]] = {}
-    for row in rows:
-        maxima.setdefault(row.pool_slug, {})[row.resource] = row.maximum
-    pools = GpuPool.objects.filter(slug__in=maxima.keys()).order_by("slug")
-    return [
-        PoolFacts(
-            slug=pool.slug,
-            gpu_model=pool.gpu_model,
-            gpus_per_node=pool.gpus_per_node,
-            node_count=pool.node_count,
-            mig_profiles=tuple(pool.mig_profiles or ()),
-            default_cpu=pool.default_cpu,
-            default_memory=pool.default_memory,
-            maximum=maxima[pool.slug],
+    """The pools the project has quota in, with its maximum usable amount per resource.
+
+    Two flat queries (the department's quotas with their pools, and its caps); the maximum comes
+    from quotas.arithmetic like everywhere else. This runs on every submission, so it avoids the
+    aggregate queries a quota page can afford.
+    """
+    rows = list(
+        ProjectQuota.objects.filter(project__department_id=project.department_id)
+        .order_by()
+        .values_list(
+            "project_id",
+            "pool_id",
+            "resource",
+            "nominal",
+            "borrowing_limit",
+            "pool__slug",
+            "pool__gpu_model",
+            "pool__gpus_per_node",
+            "pool__node_count",
+            "pool__mig_profiles",
+            "pool__default_cpu",
+            "pool__default_memory",
         )
-        for pool in pools
-    ]
+    )
+    caps = {
+        (pool_id, resource): limit
+        for pool_id, resource, limit in DepartmentQuota.objects.filter(
+            department_id=project.department_id
+        ).values_list("pool_id", "resource", "limit")
+    }
+    cohort: dict[tuple[int, str], int] = {}
+    for _, pool_id, resource, nominal, *_rest in rows:
+        cohort[(pool_id, resource)] = cohort.get((pool_id, resource), 0) + nominal
+    facts: dict[int, PoolFacts] = {}
+    for project_id, pool_id, resource, nominal, borrowing, *pool in rows:
+        if project_id != project.pk:
+            continue
+        slug, model, per_node, nodes, profiles, cpu, memory = pool
+        fact = facts.setdefault(
+            pool_id,
+            PoolFacts(
+                slug=slug,
+                gpu_model=model,
+                gpus_per_node=per_node,
+                node_count=nodes,
+                mig_profiles=tuple(profiles or ()),
+                default_cpu=cpu,
+                default_memory=memory,
+                maximum={},
+            ),
+        )
+        fact.maximum[resource] = arithmetic.usable_amount(
+            nominal=nominal,
+            borrowing_limit=borrowing,
+            cohort_nominal=cohort[(pool_id, resource)],
+            department_cap=caps.get((pool_id, resource)),
+        ).maximum
+    return sorted(facts.values(), key=lambda f: f.slug)
 
 
 def runtime_class() -> str:

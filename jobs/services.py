@@ -11,7 +11,6 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from jobs.models import Job, JobEvent, JobKind
@@ -20,7 +19,7 @@ from jobs.states import JobState, can_transition, sources_for
 from jobs.validation import JobRequest, ValidationResult, validate_job_request
 from quotas.models import GpuPool
 from tenants.models import Membership, Project
-from tenants.permissions import WRITER_ROLES, can_write, is_staff, role_in
+from tenants.permissions import WRITER_ROLES, can_write, is_staff
 
 log = logging.getLogger(__name__)
 
@@ -116,14 +115,21 @@ def _writable_project(actor: Any, project: Project | str) -> Project:
     """The project if the actor may submit to it: ValidationError when they cannot see it (the
     same answer as a missing project), PermissionDenied when they only view it."""
     slug = project if isinstance(project, str) else project.slug
-    # The project and the actor's role in it in one query.
-    my_role = Membership.objects.filter(project=OuterRef("pk"), user_id=actor.pk).values("role")
-    found = (
-        Project.objects.filter(slug=slug).annotate(my_role=Subquery(my_role[:1])).first()
-        if isinstance(project, str)
-        else project
-    )
-    role = getattr(found, "my_role", None) if isinstance(project, str) else role_in(actor, found)
+    found: Project | None = project if isinstance(project, Project) else None
+    role = None
+    if getattr(actor, "is_authenticated", False):
+        membership = next(
+            iter(
+                Membership.objects.filter(user_id=actor.pk, project__slug=slug)
+                .select_related("project")
+                .order_by()[:1]
+            ),
+            None,
+        )
+        if membership is not None:
+            role, found = membership.role, found or membership.project
+    if found is None and is_staff(actor):
+        found = Project.objects.filter(slug=slug).first()
     if found is None or (role is None and not is_staff(actor)):
         raise ValidationError({"project": [f"No project {slug!r} that you belong to."]})
     if not (is_staff(actor) or role in WRITER_ROLES):
