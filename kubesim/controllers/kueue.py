@@ -6,6 +6,11 @@ objects (fed synchronously by the store's write listener), reconciles level-trig
 task, and writes what Kueue v0.19 writes: Workloads named job-<name>-<hash5>, their conditions with
 Kueue's reasons and messages, the Job's suspend flag and pod-template injections, events, and the
 queues' status.
+
+Configuration (Kueue's manager config has these; kubesim reads options or the environment):
+waitForPodsReady timeout `options.kueue_pods_ready_timeout` or KUBESIM_KUEUE_PODS_READY_TIMEOUT
+(simulated seconds, default 1800 as upstream), requeue backoff KUBESIM_KUEUE_BACKOFF_BASE_SECONDS
+(60) and KUBESIM_KUEUE_BACKOFF_MAX_SECONDS (3600).
 """
 
 from __future__ import annotations
