@@ -181,3 +181,21 @@ def test_server_extension_points(store):
     assert discovery["resources"][0]["name"] == "things"
     assert "visibility.example.com" in groups
     assert unauthorized == 401
+
+
+def test_a_watcher_that_falls_behind_is_closed_without_blocking_writers(store):
+    from kubesim.api.watch import Watcher
+
+    rtype = store.registry.by_kind("v1", "ConfigMap")
+    slow = Watcher(rtype.store_key, "default", max_queue=10)
+    fine = Watcher(rtype.store_key, "default", max_queue=1000)
+    store.add_watcher(slow)
+    store.add_watcher(fine)
+    for i in range(25):
+        store.create(_cm(f"burst{i}"))  # never waits for any reader
+    assert slow.closed
+    assert slow.overflowed
+    assert not fine.closed
+    assert len(fine.queue) == 25
+    assert store.watcher_count() == 1  # the closed watcher was dropped from the fan-out
+    fine.close()
