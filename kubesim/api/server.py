@@ -24,7 +24,7 @@ from kubesim.api.builtins import EVENT_FIELDS_V1_TO_CORE
 from kubesim.api.discovery import Discovery, version_info
 from kubesim.api.openapi import OpenAPI
 from kubesim.api.registry import ResourceType
-from kubesim.api.store import Store
+from kubesim.api.store import Store, check_metadata_shape
 from kubesim.api.watch import Watcher, WatchEvent
 from kubesim.clock import SimClock
 
@@ -69,6 +69,16 @@ def _load_yaml(raw: bytes):
 def _event_field_to_core(path: str) -> str:
     first, dot, rest = path.partition(".")
     return EVENT_FIELDS_V1_TO_CORE.get(first, first) + dot + rest
+
+
+def _int_param(query, name: str) -> int | None:
+    value = query.get(name)
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise errors.bad_request(f'{name}: Invalid value: "{value}": must be an integer') from None
 
 
 def _bool(value: str | None) -> bool:
@@ -379,6 +389,8 @@ class KubeServer:
             raise errors.bad_request(f"the request body could not be decoded: {exc}") from None
         if not isinstance(body, dict | list):
             raise errors.bad_request("the request body must be an object")
+        if isinstance(body, dict):
+            check_metadata_shape(body)
         return body
 
     @staticmethod
@@ -513,7 +525,7 @@ class KubeServer:
         items = self.store.select(
             req.rtype, req.namespace, label_reqs, field_reqs, start_after=start_after
         )
-        limit = int(query.get("limit") or 0)
+        limit = _int_param(query, "limit") or 0
         meta: dict = {"resourceVersion": str(current)}
         if limit > 0 and len(items) > limit:
             remaining = len(items) - limit
@@ -581,7 +593,9 @@ class KubeServer:
                 ) and (not field_reqs or selectors.fields_match(field_reqs, obj))
 
         timeout = query.get("timeoutSeconds")
-        timeout_s = float(timeout) if timeout else random.uniform(1800, 3600)
+        timeout_s = (
+            float(_int_param(query, "timeoutSeconds")) if timeout else (random.uniform(1800, 3600))
+        )
         bookmarks = _bool(query.get("allowWatchBookmarks"))
         send_initial = query.get("sendInitialEvents")
         rv = query.get("resourceVersion")
@@ -834,7 +848,7 @@ class KubeServer:
         if query.get("propagationPolicy"):
             options["propagationPolicy"] = query["propagationPolicy"]
         if query.get("gracePeriodSeconds"):
-            options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+            options["gracePeriodSeconds"] = _int_param(query, "gracePeriodSeconds")
         if query.get("orphanDependents"):
             options["orphanDependents"] = _bool(query["orphanDependents"])
         if query.getall("dryRun", []):

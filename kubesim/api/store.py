@@ -74,6 +74,44 @@ WriteListener = Callable[[str, ResourceType, dict, "dict | None"], None]
 AdmissionHook = Callable[[str, dict, "dict | None"], None]
 
 
+def check_metadata_shape(obj: dict) -> None:
+    """Reject metadata a Go client could not have sent (kube-apiserver fails to decode it)."""
+    meta = obj.get("metadata")
+    if meta is None:
+        return
+    if not isinstance(meta, dict):
+        raise errors.bad_request(
+            "json: cannot unmarshal into Go struct field .metadata of type v1.ObjectMeta"
+        )
+    for field in ("labels", "annotations"):
+        value = meta.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise errors.bad_request(
+                f"json: cannot unmarshal into Go struct field ObjectMeta.metadata.{field} of "
+                f"type map[string]string"
+            )
+    finalizers = meta.get("finalizers")
+    if finalizers is not None and (
+        not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers)
+    ):
+        raise errors.bad_request(
+            "json: cannot unmarshal into Go struct field ObjectMeta.metadata.finalizers of type "
+            "[]string"
+        )
+    refs = meta.get("ownerReferences")
+    if refs is not None and (
+        not isinstance(refs, list) or not all(isinstance(r, dict) for r in refs)
+    ):
+        raise errors.bad_request(
+            "json: cannot unmarshal into Go struct field ObjectMeta.metadata.ownerReferences of "
+            "type []v1.OwnerReference"
+        )
+
+
 def deep_copy(obj):
     return orjson.loads(orjson.dumps(obj))
 
@@ -321,7 +359,13 @@ class Store:
                 self.warnings.extend(f'unknown field "{p}"' for p in unknown)
             causes.extend(schema.validate(obj, old) or [])
         # built-in kinds' checks, and the Kueue webhook checks the CRD schema leaves out
-        causes.extend(builtin_validation.validate_builtin(obj) or [])
+        if not rtype.is_crd and operation == "UPDATE":
+            _check_builtin_shape(obj)
+        try:
+            causes.extend(builtin_validation.validate_builtin(obj) or [])
+        except (TypeError, AttributeError, ValueError) as exc:
+            # a field of the wrong JSON type deep in a built-in object: a decoding error
+            raise errors.bad_request(f"the object could not be decoded: {exc}") from None
         if causes:
             seen = set()
             unique = []
@@ -456,6 +500,7 @@ class Store:
             )
         rtype = self._rtype(api_version, kind)
         request_version = split_api_version(api_version)[1]
+        check_metadata_shape(obj)
         obj = deep_copy(obj)
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
@@ -490,6 +535,8 @@ class Store:
             meta["name"] = name
         obj = self._to_storage(rtype, obj)
         meta = obj["metadata"]
+        if not rtype.is_crd:
+            _check_builtin_shape(obj)
         self._prepare_create(rtype, obj)
         self.warnings = []
         obj = self._admit(rtype, "CREATE", obj, None, field_validation)
@@ -553,6 +600,7 @@ class Store:
         dry_run: bool = False,
         field_validation: str = "Ignore",
     ) -> dict:
+        check_metadata_shape(obj)
         rtype = self._rtype(obj.get("apiVersion", ""), obj.get("kind", ""))
         request_version = split_api_version(obj["apiVersion"])[1]
         meta = obj.get("metadata") or {}
@@ -723,6 +771,7 @@ class Store:
                     'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is '
                     "required for apply patch"
                 )
+            check_metadata_shape(applied)
             live = deep_copy(self.render(rtype, old, version)) if old is not None else None
             try:
                 merged = ssa.server_side_apply(
@@ -783,6 +832,7 @@ class Store:
             raise errors.bad_request("the patch did not produce an object")
         patched["apiVersion"] = original["apiVersion"]
         patched["kind"] = original["kind"]
+        check_metadata_shape(patched)
         new = self._to_storage(rtype, patched)
         result = self._update(
             rtype,
@@ -1148,6 +1198,45 @@ def _apply_conflict(rtype: ResourceType, name: str, exc: ssa.ApplyConflict) -> e
     if rtype.group:
         details["group"] = rtype.group
     return errors.ApiError(409, errors.REASON_CONFLICT, exc.message(), details=details)
+
+
+def _check_builtin_shape(obj: dict) -> None:
+    """The decoding errors kube-apiserver answers for built-in objects of the wrong shape
+    (CRD objects get these from their schema)."""
+    for field in ("spec", "status", "data", "stringData", "binaryData"):
+        value = obj.get(field)
+        if value is not None and not isinstance(value, dict):
+            raise errors.bad_request(
+                f"json: cannot unmarshal {type(value).__name__} into Go struct field "
+                f"{obj.get('kind', '')}.{field} of type object"
+            )
+    spec = obj.get("spec") or {}
+    for path, node in (
+        ("spec", spec),
+        ("spec.template.spec", ((spec.get("template") or {}).get("spec"))),
+    ):
+        if not isinstance(node, dict):
+            continue
+        for field in ("containers", "initContainers"):
+            items = node.get(field)
+            if items is None:
+                continue
+            if not isinstance(items, list) or not all(isinstance(c, dict) for c in items):
+                raise errors.bad_request(
+                    f"json: cannot unmarshal into Go struct field {path}.{field} of type "
+                    f"[]v1.Container"
+                )
+            for index, container in enumerate(items):
+                resources = container.get("resources")
+                if resources is None:
+                    continue
+                if not isinstance(resources, dict) or not all(
+                    isinstance(resources.get(k) or {}, dict) for k in ("requests", "limits")
+                ):
+                    raise errors.bad_request(
+                        f"json: cannot unmarshal into Go struct field "
+                        f"{path}.{field}[{index}].resources of type v1.ResourceRequirements"
+                    )
 
 
 def _qos_class(spec: dict) -> str:

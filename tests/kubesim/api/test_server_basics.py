@@ -250,3 +250,27 @@ def test_state_keeps_custom_resources_and_run_time_crds(kubesim_factory, tmp_pat
     )
     assert rf_again["metadata"]["resourceVersion"] == rf["metadata"]["resourceVersion"]
     api.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "query"),
+    [
+        ("/api/v1/namespaces/default/configmaps", {"metadata": 5}, ""),
+        ("/api/v1/namespaces/default/configmaps", {"metadata": {"name": "x", "labels": "a"}}, ""),
+        ("/api/v1/namespaces/default/configmaps", {"metadata": {"name": "x"}, "data": 5}, ""),
+        (
+            "/api/v1/namespaces/default/pods",
+            {"metadata": {"name": "x"}, "spec": {"containers": 5}},
+            "",
+        ),
+        ("/api/v1/namespaces/default/configmaps", None, "?limit=abc"),
+        ("/api/v1/namespaces/default/configmaps", None, "?watch=1&timeoutSeconds=x"),
+        ("/api/v1/namespaces/default/configmaps", None, "?labelSelector=a%20in%20("),
+    ],
+)
+def test_malformed_requests_are_400_not_500(kubesim_api, path, body, query):
+    method = "POST" if body is not None else "GET"
+    status, answer = kubesim_api.request(method, path + query, body)
+    assert status == 400, answer
+    assert answer["kind"] == "Status"
+    assert answer["reason"] == "BadRequest"
