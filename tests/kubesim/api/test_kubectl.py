@@ -334,3 +334,14 @@ def test_imperative_create_of_simple_kinds(kubectl):
     assert refused.returncode != 0
     assert "send application/json" in refused.stderr
     kubectl("delete", "namespace", namespace)
+
+
+def test_unknown_fields_are_rejected_with_default_strict_validation(kubectl):
+    manifest = CQ.format(name=f"cq-{uuid.uuid4().hex[:6]}", cpu=1).replace(
+        "  cohortName: research\n", "  cohortName: research\n  notAField: 1\n"
+    )
+    result = kubectl("apply", "-f", "-", input=manifest, check=False)
+    assert result.returncode != 0
+    assert 'unknown field "spec.notAField"' in result.stderr
+    relaxed = kubectl("apply", "--validate=false", "-f", "-", input=manifest)
+    assert "created" in relaxed.stdout
