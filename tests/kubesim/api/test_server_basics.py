@@ -11,6 +11,8 @@ from kubernetes.client.rest import ApiException
 
 from kubesim.testing import KubesimProcess
 
+pytestmark = pytest.mark.kubesim
+
 
 def test_requests_without_the_token_answer_401(kubesim_api):
     status, body = kubesim_api.request("GET", "/api/v1/namespaces", token="")

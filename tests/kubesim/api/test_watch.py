@@ -7,6 +7,8 @@ import pytest
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
+pytestmark = pytest.mark.kubesim
+
 
 def _later(action, delay: float = 0.3) -> threading.Thread:
     thread = threading.Thread(target=lambda: (time.sleep(delay), action()))
