@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -142,6 +143,9 @@ class KubesimProcess:
                 process.kill()
                 process.wait()
         self.process = None
+        if self._own_workdir and process.returncode == 0:
+            # a temporary directory of our own; kept after a failure for its kubesim.log
+            shutil.rmtree(self.workdir, ignore_errors=True)
         return process.returncode
 
     def __enter__(self) -> KubesimProcess:
