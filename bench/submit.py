@@ -45,7 +45,7 @@ def setup_django(kubeconfig: Path) -> None:
     os.environ["DATABASE_URL"] = DATABASE_URL
     os.environ["CELERY_BROKER_URL"] = REDIS_URL
     os.environ["KUBECONFIG"] = str(kubeconfig)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.bench_settings"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings"
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     import django
 
@@ -113,7 +113,7 @@ def child_env(kubeconfig: Path, qps: float) -> dict:
         "DATABASE_URL": DATABASE_URL,
         "CELERY_BROKER_URL": REDIS_URL,
         "KUBECONFIG": str(kubeconfig),
-        "DJANGO_SETTINGS_MODULE": "bench.bench_settings",
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
         "PORTAL_KUBE_QPS": str(qps),
         "PYTHONPATH": str(REPO),
         "DEBUG": "false",

@@ -37,9 +37,10 @@ def _redis_flush(url: str) -> None:
 class Worker:
     """`celery -A portal worker` as a subprocess with its own process group."""
 
-    def __init__(self, env: dict[str, str], log: Path):
+    def __init__(self, env: dict[str, str], log: Path, extra_args: tuple[str, ...] = ()):
         self.env = env
         self.log = log
+        self.extra_args = list(extra_args)
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "Worker":
@@ -60,6 +61,7 @@ class Worker:
                     "--without-mingle",
                     "-n",
                     f"e2e-{os.getpid()}@%h",
+                    *self.extra_args,
                 ],
                 cwd=REPO,
                 env=self.env,
@@ -129,8 +131,14 @@ def worker_factory(e2e_kubesim, celery_to_redis, tmp_path, settings):
     }
     workers: list[Worker] = []
 
-    def start() -> Worker:
-        worker = Worker(env, tmp_path / f"worker-{len(workers)}.log").start()
+    def start(*, beat_seconds: float | None = None) -> Worker:
+        """A worker; with beat_seconds, it also runs beat (-B) with that resync period."""
+        extra: tuple[str, ...] = ()
+        worker_env = env
+        if beat_seconds is not None:
+            extra = ("-B", "-s", str(tmp_path / f"beat-{len(workers)}"))
+            worker_env = {**env, "PORTAL_RESYNC_SECONDS": str(beat_seconds)}
+        worker = Worker(worker_env, tmp_path / f"worker-{len(workers)}.log", extra).start()
         workers.append(worker)
         return worker
 
