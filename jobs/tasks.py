@@ -1,8 +1,9 @@
 """Celery tasks for jobs. Each body calls one service; the Job row is the result.
 
 Retries: RetryableKubeError (409, 429, 5xx, no connection) retries with exponential backoff and
-jitter; after the last retry the periodic resync picks the job up again, so a long outage delays
-jobs but never loses them. Permanent rejections are handled inside the service (job → Failed).
+jitter, at most 30 s apart; after the last retry the periodic resync picks the job up again, so
+a long outage delays jobs but never loses them. Permanent rejections are handled inside the
+service (the job becomes Failed with the API server's message).
 """
 
 import logging
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
     bind=True,
     autoretry_for=(RetryableKubeError,),
     retry_backoff=2,
-    retry_backoff_max=120,
+    retry_backoff_max=30,
     retry_jitter=True,
     max_retries=8,
     acks_late=True,

@@ -9,7 +9,7 @@ from portal.kube.apply import RetryableKubeError
 @shared_task(
     autoretry_for=(RetryableKubeError,),
     retry_backoff=2,
-    retry_backoff_max=120,
+    retry_backoff_max=30,
     retry_jitter=True,
     max_retries=8,
     acks_late=True,
