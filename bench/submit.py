@@ -339,8 +339,9 @@ def main() -> None:
             f"(POSTs done after {posted - t0:.1f} s)"
         )
         print(
-            f"  of which: POST alone {post_rate:.1f}/s ({args.clients} clients, {args.web} web "
-            f"processes); worker alone {worker_rate:.1f}/s draining a queued backlog"
+            f"  where the time goes: POSTs accepted at {post_rate:.1f}/s ({args.clients} clients, "
+            f"{args.web} web processes, worker alongside); the worker alone drains a queued "
+            f"backlog at {worker_rate:.1f}/s"
         )
         print(f"direct python client: {direct:6.1f} objects/s (one thread, create)")
         print(f"ratio portal/direct: {portal_rate / direct:8.2f}   (target ≥ 0.50)")
