@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from jobs.filters import JobFilter
 from jobs.models import Job, JobEvent, JobKind
-from jobs.selectors import job_list_visible_to, job_manifests
+from jobs.selectors import job_manifests
 from jobs.services import InvalidTransition, job_cancel, job_submit
 from jobs.states import JobState
 from jobs.validation import BACKENDS, PRIORITIES
@@ -222,5 +222,3 @@ class JobViewSet(
 
 
 router.register("jobs", JobViewSet, basename="jobs")
-
-__all__ = ["JobViewSet", "job_list_visible_to"]
