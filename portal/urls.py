@@ -11,6 +11,7 @@ load_api_modules()
 
 urlpatterns = [
     path("", include("tenants.urls")),
+    path("jobs/", include("jobs.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

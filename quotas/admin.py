@@ -16,6 +16,7 @@ from django.http import HttpRequest
 from quotas import arithmetic, mig
 from quotas.models import DepartmentQuota, GpuPool, PriorityClass, ProjectQuota
 from quotas.selectors import pool_subscriptions
+from quotas.sync import QuotaSyncOnChangeAdminMixin
 
 
 class ProfileListField(forms.CharField):
@@ -84,7 +85,7 @@ class PoolChangeList(ChangeList):
 
 
 @admin.register(GpuPool)
-class GpuPoolAdmin(admin.ModelAdmin):
+class GpuPoolAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
     form = GpuPoolForm
     list_display = (
         "slug",
@@ -203,7 +204,7 @@ class ProjectQuotaForm(forms.ModelForm):
 
 
 @admin.register(ProjectQuota)
-class ProjectQuotaAdmin(admin.ModelAdmin):
+class ProjectQuotaAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
     form = ProjectQuotaForm
     list_display = (
         "project",
@@ -249,7 +250,7 @@ class DepartmentQuotaForm(forms.ModelForm):
 
 
 @admin.register(DepartmentQuota)
-class DepartmentQuotaAdmin(admin.ModelAdmin):
+class DepartmentQuotaAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
     form = DepartmentQuotaForm
     list_display = ("department", "pool", "resource", "limit", "held", "status")
     list_filter = ("pool", "department")
@@ -281,7 +282,7 @@ class DepartmentQuotaAdmin(admin.ModelAdmin):
 
 
 @admin.register(PriorityClass)
-class PriorityClassAdmin(admin.ModelAdmin):
+class PriorityClassAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
     """The three classes exist on every install (data migration); admins tune, never remove."""
 
     list_display = ("name", "value", "preemptible", "description")

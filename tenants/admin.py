@@ -14,6 +14,7 @@ from quotas.admin import (
     with_usable_amounts,
 )
 from quotas.models import DepartmentQuota, GpuPool, ProjectQuota
+from quotas.sync import QuotaSyncOnChangeAdminMixin
 from tenants.models import Department, Membership, Project
 
 
@@ -26,7 +27,7 @@ class DepartmentQuotaInline(admin.TabularInline):
 
 
 @admin.register(Department)
-class DepartmentAdmin(admin.ModelAdmin):
+class DepartmentAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
     list_display = ("slug", "name", "project_count", "caps")
     search_fields = ("slug", "name")
     inlines = (DepartmentQuotaInline,)
@@ -79,7 +80,7 @@ class ProjectQuotaInline(admin.TabularInline):
 
 
 @admin.register(Project)
-class ProjectAdmin(admin.ModelAdmin):
+class ProjectAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
     list_display = ("slug", "name", "department", "namespace", "member_count", "quota_summary")
     list_filter = ("department",)
     search_fields = ("slug", "name", "namespace")

@@ -11,6 +11,10 @@ from typing import Any
 
 import pytest
 
+# kubesim fixtures (kubesim_api, kubesim, kubesim_factory, kubesim_fresh, kube_client) for every
+# test package.
+pytest_plugins = ["kubesim.pytest_plugin"]
+
 
 @dataclass
 class Personas:
@@ -127,3 +131,20 @@ def web_client_for(db):
         return client
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _in_memory_broker():
+    """Tasks enqueued on commit by any test go to an in-process broker, never to the demo's
+    filesystem broker directory (tests/e2e points the app at Redis instead)."""
+    from portal.celery import app
+
+    saved = (app.conf.broker_url, app.conf.broker_transport_options)
+    app.conf.broker_url = "memory://"
+    app.conf.broker_transport_options = {}
+    app._pool = None
+    app.amqp._producer_pool = None
+    yield
+    app.conf.broker_url, app.conf.broker_transport_options = saved
+    app._pool = None
+    app.amqp._producer_pool = None

@@ -210,19 +210,17 @@ def test_another_projects_user_gets_404(e2e_org, worker_factory):
     assert oscar.post(f"{URL}{job['id']}/cancel/").status_code == 404
 
 
-def _admin_syncs_quotas() -> bool:
+def test_every_admin_page_that_feeds_quota_objects_syncs_the_cluster():
     from django.contrib import admin
 
-    from quotas.models import ProjectQuota
+    from quotas.models import DepartmentQuota, GpuPool, PriorityClass, ProjectQuota
     from quotas.sync import QuotaSyncOnChangeAdminMixin
+    from tenants.models import Department, Project
 
-    return isinstance(admin.site._registry.get(ProjectQuota), QuotaSyncOnChangeAdminMixin)
+    for model in (Department, Project, GpuPool, ProjectQuota, DepartmentQuota, PriorityClass):
+        assert isinstance(admin.site._registry[model], QuotaSyncOnChangeAdminMixin), model
 
 
-@pytest.mark.skipif(
-    not _admin_syncs_quotas(),
-    reason="quotas/admin.py does not use quotas.sync.QuotaSyncOnChangeAdminMixin yet (lead wires)",
-)
 def test_editing_a_quota_in_the_admin_console_updates_the_cluster(e2e_org, worker_factory):
     from django.contrib.auth import get_user_model
     from django.test import Client
@@ -258,20 +256,18 @@ def test_editing_a_quota_in_the_admin_console_updates_the_cluster(e2e_org, worke
     assert queue["spec"]["deserved"]["nvidia.com/gpu"] == "6"
 
 
-def _beat_scheduled() -> bool:
+def test_beat_resyncs_jobs_and_quotas_every_period():
     from django.conf import settings
 
-    return any(
-        entry.get("task") == "jobs.tasks.resync_all"
-        for entry in getattr(settings, "CELERY_BEAT_SCHEDULE", {}).values()
-    )
+    entries = [
+        entry
+        for entry in settings.CELERY_BEAT_SCHEDULE.values()
+        if entry["task"] == "jobs.tasks.resync_all"
+    ]
+    assert len(entries) == 1
+    assert entries[0]["schedule"].run_every.total_seconds() == settings.PORTAL_RESYNC_SECONDS
 
 
-@pytest.mark.skipif(
-    not _beat_scheduled(),
-    reason="portal/settings.py has no beat entry for jobs.tasks.resync_all yet (lead pastes "
-    "/work/helpers/settings-jobs.py)",
-)
 def test_a_lost_message_costs_at_most_one_resync_period(e2e_org, worker_factory):
     """Redis restarted empty: the submission's message is gone; beat's resync applies the job."""
     import redis

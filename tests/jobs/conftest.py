@@ -31,20 +31,3 @@ def make_job(personas):
         return Job.objects.create(**fields)
 
     return make
-
-
-@pytest.fixture(autouse=True)
-def _in_memory_broker():
-    """Tasks enqueued on commit by transactional tests go to an in-process broker, never to the
-    demo's filesystem broker directory (tests/e2e points the app at Redis instead)."""
-    from portal.celery import app
-
-    saved = (app.conf.broker_url, app.conf.broker_transport_options)
-    app.conf.broker_url = "memory://"
-    app.conf.broker_transport_options = {}
-    app._pool = None
-    app.amqp._producer_pool = None
-    yield
-    app.conf.broker_url, app.conf.broker_transport_options = saved
-    app._pool = None
-    app.amqp._producer_pool = None

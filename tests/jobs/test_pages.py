@@ -2,7 +2,7 @@
 
 import pytest
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.jobs.urls")]
+pytestmark = [pytest.mark.django_db]
 
 
 def test_list_shows_only_visible_jobs_and_filters(personas, web_client_for, make_job):

@@ -1,9 +1,1 @@
-"""kubesim fixtures for the kubesim test packages (see kubesim/pytest_plugin.py)."""
-
-from kubesim.pytest_plugin import (  # noqa: F401 - fixtures
-    kube_client,
-    kubesim,
-    kubesim_api,
-    kubesim_factory,
-    kubesim_fresh,
-)
+"""kubesim fixtures come from kubesim/pytest_plugin.py, loaded by tests/conftest.py."""
