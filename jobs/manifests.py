@@ -140,6 +140,30 @@ def _metadata(spec: JobManifestInput, **extra_labels: str) -> dict[str, Any]:
     }
 
 
+# Kueue evicts (preemption, reclaim) by suspending the Job; the Job controller then deletes the
+# pods, and a deleted pod counts against backoffLimit. With backoffLimit 0 the first preemption
+# would fail the job instead of requeueing it, so pods ended by a disruption or by the kill of a
+# suspension (SIGTERM 143, or SIGKILL 137 after the grace period: a PID 1 without a handler ignores
+# SIGTERM) are not counted. The cost: an out-of-memory kill is also 137, so such a pod is retried
+# until the job's maximum runtime (see README, "Known limits").
+POD_FAILURE_POLICY: dict[str, Any] = {
+    "rules": [
+        {
+            "action": "Ignore",
+            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+        },
+        {
+            "action": "Ignore",
+            "onExitCodes": {
+                "containerName": CONTAINER_NAME,
+                "operator": "In",
+                "values": [137, 143],
+            },
+        },
+    ]
+}
+
+
 def _kueue_labels(spec: JobManifestInput) -> dict[str, str]:
     return {
         KUEUE_QUEUE_LABEL: local_queue_name(spec.project_slug),
@@ -156,6 +180,7 @@ def kueue_batch_job(spec: JobManifestInput) -> dict[str, Any]:
         "spec": {
             "suspend": True,
             "backoffLimit": 0,
+            "podFailurePolicy": POD_FAILURE_POLICY,
             "parallelism": 1,
             "completions": 1,
             "activeDeadlineSeconds": spec.max_runtime_seconds,
@@ -202,6 +227,7 @@ def kueue_gang_job(spec: JobManifestInput) -> dict[str, Any]:
             "parallelism": spec.replicas,
             "completions": spec.replicas,
             "backoffLimit": 0,
+            "podFailurePolicy": POD_FAILURE_POLICY,
             "activeDeadlineSeconds": spec.max_runtime_seconds,
             "template": {"metadata": {"labels": job_labels(spec)}, "spec": pod},
         },

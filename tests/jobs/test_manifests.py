@@ -56,6 +56,14 @@ def test_single_gpu_kueue_job_shape():
     s = job["spec"]
     assert s["suspend"] is True
     assert s["backoffLimit"] == 0
+    # a preemption (suspension kills the pod) must requeue the job, not use up its backoff limit
+    ignored = [r for r in s["podFailurePolicy"]["rules"] if r["action"] == "Ignore"]
+    assert {"type": "DisruptionTarget", "status": "True"} in ignored[0]["onPodConditions"]
+    assert ignored[1]["onExitCodes"] == {
+        "containerName": c_name(s),
+        "operator": "In",
+        "values": [137, 143],
+    }
     assert s["activeDeadlineSeconds"] == 3600
     pod = s["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
@@ -176,3 +184,7 @@ def test_builder_does_not_mutate_its_input_env():
     before = copy.deepcopy(env)
     build_job_manifests(s)
     assert env == before
+
+
+def c_name(job_spec: dict) -> str:
+    return job_spec["template"]["spec"]["containers"][0]["name"]

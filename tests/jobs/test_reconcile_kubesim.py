@@ -273,3 +273,7 @@ def test_a_higher_priority_job_preempts_and_the_victim_shows_preempted(org):
     stored = Job.objects.get(pk=low.pk)
     events = list(stored.events.values_list("to_state", flat=True))
     assert "preempted" in events, (events, stored.state_reason, stored.state_message)
+    # The victim is requeued, not failed: once the high-priority gang is done it runs again.
+    reconcile_until(high, {"succeeded"})
+    seen = reconcile_until(low, {"running", "failed"})
+    assert seen[-1] == "running", (seen, Job.objects.get(pk=low.pk).state_message)
