@@ -16,6 +16,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
 env = environ.Env()
+# Where the embedded defaults keep their files: SQLite, the filesystem broker, kubesim's state.
+VAR_DIR = Path(env.str("PORTAL_VAR_DIR", default=str(VAR_DIR)))
 
 DEBUG = env.bool("DEBUG", default=True)
 

@@ -27,8 +27,11 @@ def test_demo_without_serving_migrates_and_seeds(db, fast_passwords):
     assert "Demo logins" in out.getvalue()
 
 
-def test_demo_serves_the_portal_with_runserver():
-    [web] = demo_children(addr="127.0.0.1:8123")
+def test_demo_runs_kubesim_then_a_worker_with_beat_then_the_web_server():
+    kubesim, worker, web = demo_children(addr="127.0.0.1:8123")
+    assert kubesim.argv[1:3] == ["-m", "kubesim"]
+    assert kubesim.argv[kubesim.argv.index("--kubeconfig-out") + 1] == settings.KUBECONFIG
+    assert "--beat" in worker.argv
     assert web.name == "web"
     assert web.argv[-3:] == ["runserver", "--noreload", "127.0.0.1:8123"]
 
@@ -53,6 +56,21 @@ def test_supervise_stops_children_on_ctrl_c():
     assert all(child.process.poll() is not None for child in children)
 
 
+def _batch_jobs_in(kubeconfig: Path, namespace: str) -> list[str]:
+    from kubernetes import client, config
+
+    if not kubeconfig.exists():
+        return []
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        jobs = client.BatchV1Api(api).list_namespaced_job(namespace)
+    except Exception:  # kubesim still starting, or the namespace not created yet
+        return []
+    finally:
+        api.close()
+    return [job.metadata.name for job in jobs.items]
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -64,9 +82,11 @@ def test_manage_py_demo_serves_until_interrupted(tmp_path: Path):
     env = {
         **os.environ,
         "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+        "PORTAL_VAR_DIR": str(tmp_path / "var"),
         "PYTHONUNBUFFERED": "1",
     }
-    env.pop("DJANGO_SETTINGS_MODULE", None)
+    for name in ("DJANGO_SETTINGS_MODULE", "KUBECONFIG", "CELERY_BROKER_URL"):
+        env.pop(name, None)
     process = subprocess.Popen(
         [sys.executable, "manage.py", "demo", "--addr", f"127.0.0.1:{port}"],
         cwd=settings.BASE_DIR,
@@ -86,6 +106,13 @@ def test_manage_py_demo_serves_until_interrupted(tmp_path: Path):
             except OSError:
                 time.sleep(0.3)
         assert status == 200
+        # The sample jobs reach the simulated cluster through the worker, with no broker server.
+        kubeconfig = tmp_path / "var" / "kubesim" / "kubeconfig"
+        job_names = []
+        while time.monotonic() < deadline and len(job_names) < 3:
+            job_names = _batch_jobs_in(kubeconfig, "gp-vision")
+            time.sleep(0.5)
+        assert len(job_names) == 3, job_names
         process.send_signal(signal.SIGINT)
         output, _ = process.communicate(timeout=30)
     finally:
@@ -94,6 +121,7 @@ def test_manage_py_demo_serves_until_interrupted(tmp_path: Path):
             process.communicate()
     assert process.returncode == 0, output
     assert "vision-admin" in output
+    assert "Submitted 5 sample jobs." in output
     assert "Demo stopped." in output
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0  # runserver is gone

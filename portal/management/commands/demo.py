@@ -1,8 +1,11 @@
 """manage.py demo: everything `make demo` runs — migrate, seed, then serve until Ctrl-C.
 
-The long-running parts are child processes listed by ``demo_children``; the command starts them
-in order, watches them, and on Ctrl-C (or SIGTERM, or one of them exiting) stops all of them in
-reverse order. Later parts of the demo (kubesim, a Celery worker) are added to that list.
+The long-running parts are child processes listed by ``demo_children``: kubesim (the simulated
+GPU cluster, its objects kept in var/kubesim/ across restarts), a Celery worker with beat embedded
+on the filesystem broker (no broker server needed) and the web server. The command starts them in
+order, watches them, and on Ctrl-C (or SIGTERM, or one of them exiting) stops all of them in
+reverse order. Once they run, it applies the demo quotas to the cluster and submits a few sample
+jobs (the first time only), so a newcomer sees jobs queue and run within a minute.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
@@ -77,16 +81,79 @@ def port_open(addr: str) -> Callable[[], bool]:
     return check
 
 
+def kubeconfig_ready(path: Path) -> Callable[[], bool]:
+    """A readiness check: kubesim wrote its kubeconfig and accepts connections on its port."""
+
+    def check() -> bool:
+        if not path.exists():
+            return False
+        config = yaml.safe_load(path.read_text()) or {}
+        server = config["clusters"][0]["cluster"]["server"]
+        return port_open(server.removeprefix("https://"))()
+
+    return check
+
+
+def shared_crds_dir() -> Path | None:
+    """The real Kueue/Volcano/KAI CRDs beside the checkout, when present (then kubesim
+    validates against them; without them it serves the same kinds unvalidated)."""
+    shared = Path(os.environ.get("PORTAL_SHARED_DIR", Path(settings.BASE_DIR).parent / "shared"))
+    crds = shared / "crds"
+    return crds if crds.is_dir() else None
+
+
 def demo_children(*, addr: str) -> list[Child]:
     """The demo's long-running processes, started in this order and stopped in reverse."""
     manage = str(Path(settings.BASE_DIR) / "manage.py")
+    var = Path(settings.VAR_DIR)
+    kubeconfig = Path(settings.KUBECONFIG)
+    kubesim_argv = [
+        sys.executable,
+        "-m",
+        "kubesim",
+        "--port",
+        "0",
+        "--kubeconfig-out",
+        str(kubeconfig),
+        "--state",
+        str(var / "kubesim" / "state.json"),
+    ]
+    if crds := shared_crds_dir():
+        kubesim_argv += ["--crds", str(crds)]
+    celery = str(Path(sys.executable).parent / "celery")
     return [
+        Child("kubesim", kubesim_argv, ready=kubeconfig_ready(kubeconfig)),
+        Child(
+            "worker",
+            [
+                celery,
+                "-A",
+                "portal",
+                "worker",
+                "--beat",
+                "--schedule",
+                str(var / "celerybeat-schedule"),
+                "--concurrency",
+                "2",
+                "--loglevel",
+                "WARNING",
+            ],
+        ),
         Child(
             "web",
             [sys.executable, manage, "runserver", "--noreload", addr],
             ready=port_open(addr),
         ),
     ]
+
+
+def prepare_demo_dirs() -> None:
+    """The filesystem broker and kubesim need their folders; a stale kubeconfig must not be
+    mistaken for a running kubesim."""
+    var = Path(settings.VAR_DIR)
+    for folder in (var / "broker" / "processed", var / "kubesim"):
+        folder.mkdir(parents=True, exist_ok=True)
+    Path(settings.KUBECONFIG).unlink(missing_ok=True)
 
 
 def _wait_ready(child: Child, stop_requested: list) -> str | None:
@@ -167,13 +234,25 @@ class Command(BaseCommand):
             return
 
         def announce() -> None:
+            from jobs.demo import submit_demo_jobs
+            from quotas.sync import sync_quota_objects
+
+            try:
+                sync_quota_objects()
+            except Exception as exc:  # the worker's periodic resync retries it
+                self.stderr.write(f"Quota objects not applied yet ({exc}); the resync retries.")
+            submitted = submit_demo_jobs()
+            if submitted:
+                self.stdout.write(f"Submitted {submitted} sample jobs.")
             self.stdout.write(
                 f"\nGPU Portal is ready: http://{addr}/  (admin console: http://{addr}/admin/)\n"
+                f"The simulated cluster's kubeconfig: {settings.KUBECONFIG}\n"
                 "Press Ctrl-C to stop.\n"
             )
             self.stdout.flush()
 
-        self.stdout.write("Starting the demo processes…")
+        self.stdout.write("Starting the demo processes (kubesim, worker, web)…")
+        prepare_demo_dirs()
         code = supervise(demo_children(addr=addr), out=self.stdout, on_ready=announce)
         if code:
             raise CommandError(f"the demo stopped because a process failed (exit code {code})")
