@@ -151,7 +151,7 @@ def prepare_demo_dirs() -> None:
     """The filesystem broker and kubesim need their folders; a stale kubeconfig must not be
     mistaken for a running kubesim."""
     var = Path(settings.VAR_DIR)
-    for folder in (var / "broker" / "processed", var / "kubesim"):
+    for folder in (var / "broker" / "processed", var / "broker" / "control", var / "kubesim"):
         folder.mkdir(parents=True, exist_ok=True)
     Path(settings.KUBECONFIG).unlink(missing_ok=True)
 
