@@ -6,56 +6,32 @@ integer number of milli-units so that "500m" CPU, "36Gi" memory and "8" GPUs add
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+import math
+from functools import lru_cache
 
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-}
+from kubesim.api.quantity import Quantity
+
 # Resources whose canonical printed form uses binary suffixes (as the API server prints them).
 _BINARY_RESOURCES = {"memory", "ephemeral-storage", "storage"}
+_BINARY_SUFFIXES = [("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20)]
+_BINARY_SUFFIXES.append(("Ki", 2**10))
+_DECIMAL_SUFFIXES = [("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6)]
+_DECIMAL_SUFFIXES.append(("k", 10**3))
 
 
 def to_milli(value: object) -> int:
     """Parse a quantity ("1", "500m", "36Gi", 2, 1.5) into integer milli-units (rounded up)."""
     if value is None:
         return 0
-    if isinstance(value, bool):
-        raise ValueError(f"invalid quantity {value!r}")
-    if isinstance(value, int):
-        return value * 1000
-    if isinstance(value, float):
-        return int((Decimal(str(value)) * 1000).to_integral_value(rounding="ROUND_CEILING"))
-    text = str(value).strip()
-    if not text:
-        raise ValueError("empty quantity")
-    for suffix, factor in _BINARY.items():
-        if text.endswith(suffix):
-            number = _decimal(text[: -len(suffix)], value)
-            return int((number * factor * 1000).to_integral_value(rounding="ROUND_CEILING"))
-    lowered = text.lower()
-    if "e" in lowered and not text.endswith("E"):
-        return int((_decimal(text, value) * 1000).to_integral_value(rounding="ROUND_CEILING"))
-    suffix = text[-1] if text[-1] in "numkMGTPE" else ""
-    number = _decimal(text[: len(text) - len(suffix)], value)
-    scaled = number * _DECIMAL[suffix] * 1000
-    return int(scaled.to_integral_value(rounding="ROUND_CEILING"))
+    if isinstance(value, str):
+        return _text_to_milli(value.strip())
+    return math.ceil(Quantity.parse(value).value * 1000)
 
 
-def _decimal(text: str, original: object) -> Decimal:
-    try:
-        return Decimal(text)
-    except InvalidOperation as exc:
-        raise ValueError(f"invalid quantity {original!r}") from exc
+@lru_cache(maxsize=4096)
+def _text_to_milli(text: str) -> int:
+    # The same few strings ("1", "8", "64Gi") recur in every pod: parse each once.
+    return math.ceil(Quantity.parse(text).value * 1000)
 
 
 def format_milli(resource: str, milli: int) -> str:
@@ -66,20 +42,9 @@ def format_milli(resource: str, milli: int) -> str:
     if value == 0:
         return "0"
     if resource in _BINARY_RESOURCES:
-        for suffix, factor in reversed(list(_BINARY.items())):
+        for suffix, factor in _BINARY_SUFFIXES + _DECIMAL_SUFFIXES:
             if value % factor == 0:
                 return f"{value // factor}{suffix}"
-        for suffix in ("E", "P", "T", "G", "M", "k"):
-            factor = int(_DECIMAL[suffix])
-            if value % factor == 0:
-                return f"{value // factor}{suffix}"
-    return str(value)
-    for suffix in ("E", "P", "T", "G", "M", "k"):
-        factor = int(_DECIMAL[suffix])
-        if value % factor == 0 and value >= factor and resource not in ("cpu",):
-            if resource.startswith(("nvidia.com/", "pods")):
-                break
-            return f"{value // factor}{suffix}"
     return str(value)
 
 

@@ -16,9 +16,10 @@ import asyncio
 import traceback
 import weakref
 from collections.abc import Iterable
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from kubesim.api.errors import ApiError
+from kubesim.api.quantity import Quantity
 from kubesim.clock import rfc3339
 from kubesim.controllers import events
 from kubesim.controllers.context import follow
@@ -26,44 +27,14 @@ from kubesim.controllers.context import follow
 DEFAULT_SCHEDULER = "default-scheduler"
 FIELD_MANAGER = "kube-scheduler"
 
-_SUFFIXES = {
-    "Ki": 1024,
-    "Mi": 1024**2,
-    "Gi": 1024**3,
-    "Ti": 1024**4,
-    "Pi": 1024**5,
-    "Ei": 1024**6,
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": 1000,
-    "M": 1000**2,
-    "G": 1000**3,
-    "T": 1000**4,
-    "P": 1000**5,
-    "E": 1000**6,
-}
-
 # Filter failures preemption cannot resolve (kube-scheduler: UnschedulableAndUnresolvable).
 UNRESOLVABLE_PREFIXES = ("node(s) had untolerated taint", "node(s) didn't match", "node(s) were")
 
 
 def parse_quantity(value) -> Decimal:
     """A Kubernetes quantity ("500m", "64Gi", "8", 2) as a Decimal in base units."""
-    if isinstance(value, int | float):
-        return Decimal(str(value))
-    text = str(value).strip()
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
-        if text.endswith(suffix) and suffix != text:
-            number = text[: -len(suffix)]
-            try:
-                return Decimal(number) * Decimal(_SUFFIXES[suffix])
-            except InvalidOperation:
-                break
-    try:
-        return Decimal(text)
-    except InvalidOperation as exc:
-        raise ValueError(f"invalid quantity {value!r}") from exc
+    exact = Quantity.parse(value.strip() if isinstance(value, str) else value).value
+    return Decimal(exact.numerator) / Decimal(exact.denominator)
 
 
 def quantity_units(resource: str, value) -> int:
