@@ -8,6 +8,7 @@ from django.db import models
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 NAMESPACE_PREFIX = "gp-"
 PROJECT_SLUG_MAX = 40
+RESERVED_PROJECT_SLUG_PREFIX = "dept-"
 
 dns1123_label_validator = RegexValidator(
     DNS1123_LABEL,
@@ -77,6 +78,15 @@ class Project(models.Model):
         super().save(*args, **kwargs)
 
     def clean(self) -> None:
+        # A department's Volcano queue is named gp-dept-<department>, a project's gp-<project>;
+        # this prefix would let a project's queue take a department's name.
+        if self.slug.startswith(RESERVED_PROJECT_SLUG_PREFIX):
+            raise ValidationError(
+                {
+                    "slug": f"A project slug may not start with {RESERVED_PROJECT_SLUG_PREFIX!r}: "
+                    "that prefix names the departments' queues in the cluster."
+                }
+            )
         if self.pk and self.department_id:
             errors = self._department_cap_errors()
             if errors:

@@ -93,3 +93,10 @@ def test_moving_a_project_into_a_department_checks_that_departments_caps(researc
     ]
     services.quota_set(actor=None, project=vision, pool=pool, nominal=4)
     vision.full_clean()  # 4 + 4 fits under 8
+
+
+def test_a_project_slug_cannot_take_a_department_queue_name(research):
+    project = Project(slug="dept-research", name="P", department=research)
+    with pytest.raises(ValidationError) as excinfo:
+        project.full_clean()
+    assert "may not start with 'dept-'" in excinfo.value.message_dict["slug"][0]
