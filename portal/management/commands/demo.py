@@ -138,6 +138,8 @@ def demo_children(*, addr: str) -> list[Child]:
                 "--loglevel",
                 "WARNING",
             ],
+            # A demo cluster is small: resync often so states move while a newcomer watches.
+            env={"PORTAL_RESYNC_SECONDS": os.environ.get("PORTAL_RESYNC_SECONDS", "10")},
         ),
         Child(
             "web",
