@@ -933,20 +933,9 @@ class KueueController:
         }
         if merged_tolerations:
             patch["spec"]["template"]["spec"]["tolerations"] = merged_tolerations
-        meta = job["metadata"]
-        try:
-            updated = self.store.patch(
-                "batch/v1",
-                "Job",
-                meta["namespace"],
-                meta["name"],
-                patch,
-                field_manager=FIELD_MANAGER,
-            )
-        except ApiError as exc:
-            if exc.code in (404, 409):
-                return
-            raise
+        updated = self._patch_job(job, patch)
+        if updated is None:
+            return
         events.record(
             self.store,
             updated,
@@ -962,68 +951,56 @@ class KueueController:
         original_spec = (original or {}).get("spec") or {}
         original_meta = (original or {}).get("metadata") or {}
         current = (job.get("spec") or {}).get("template") or {}
-        current_labels = dict((current.get("metadata") or {}).get("labels") or {})
-        current_annotations = dict((current.get("metadata") or {}).get("annotations") or {})
-        label_patch = {
-            k: None for k in current_labels if k not in (original_meta.get("labels") or {})
-        }
-        label_patch.update(original_meta.get("labels") or {})
-        annotation_patch = {
-            k: None
-            for k in current_annotations
-            if k not in (original_meta.get("annotations") or {})
-        }
-        annotation_patch.update(original_meta.get("annotations") or {})
-        current_selector = (current.get("spec") or {}).get("nodeSelector") or {}
-        selector_patch = {
-            k: None for k in current_selector if k not in (original_spec.get("nodeSelector") or {})
-        }
-        selector_patch.update(original_spec.get("nodeSelector") or {})
+        current_meta = current.get("metadata") or {}
         patch = {
             "spec": {
                 "suspend": True,
                 "template": {
                     "metadata": {
-                        "labels": label_patch or None,
-                        "annotations": annotation_patch or None,
+                        "labels": _restore_map(
+                            current_meta.get("labels"), original_meta.get("labels")
+                        ),
+                        "annotations": _restore_map(
+                            current_meta.get("annotations"), original_meta.get("annotations")
+                        ),
                     },
                     "spec": {
-                        "nodeSelector": selector_patch or None,
+                        "nodeSelector": _restore_map(
+                            (current.get("spec") or {}).get("nodeSelector"),
+                            original_spec.get("nodeSelector"),
+                        ),
                         "tolerations": original_spec.get("tolerations"),
                     },
                 },
             }
         }
+        updated = self._patch_job(job, patch)
+        if updated is None:
+            return
+        if (updated.get("status") or {}).get("startTime"):
+            # Kueue resets startTime so the scheduling directives may change on the next start.
+            cleared = self._patch_job(job, {"status": {"startTime": None}}, subresource="status")
+            updated = cleared or updated
+        events.record(self.store, updated, "Stopped", message, component=JOB_CONTROLLER)
+
+    def _patch_job(self, job: dict, patch: dict, *, subresource: str | None = None) -> dict | None:
+        """Merge-patch a Job as Kueue's job reconciler; None when it is gone or changed meanwhile
+        (the next event for it brings the reconciler back)."""
         meta = job["metadata"]
         try:
-            updated = self.store.patch(
+            return self.store.patch(
                 "batch/v1",
                 "Job",
                 meta["namespace"],
                 meta["name"],
                 patch,
+                subresource=subresource,
                 field_manager=FIELD_MANAGER,
             )
         except ApiError as exc:
             if exc.code in (404, 409):
-                return
+                return None
             raise
-        if (updated.get("status") or {}).get("startTime"):
-            # Kueue resets startTime so the scheduling directives may change on the next start.
-            try:
-                updated = self.store.patch(
-                    "batch/v1",
-                    "Job",
-                    meta["namespace"],
-                    meta["name"],
-                    {"status": {"startTime": None}},
-                    subresource="status",
-                    field_manager=FIELD_MANAGER,
-                )
-            except ApiError as exc:
-                if exc.code not in (404, 409):
-                    raise
-        events.record(self.store, updated, "Stopped", message, component=JOB_CONTROLLER)
 
     def _sync_pods_ready(self, job: dict, wl: dict) -> None:
         status = job.get("status") or {}
@@ -1744,3 +1721,11 @@ def _visibility_resources() -> list[dict]:
             "verbs": ["get"],
         },
     ]
+
+
+def _restore_map(current: dict | None, original: dict | None) -> dict | None:
+    """A merge patch that turns the map `current` back into `original` (None: nothing to do)."""
+    original = original or {}
+    patch: dict = {key: None for key in current or {} if key not in original}
+    patch.update(original)
+    return patch or None
