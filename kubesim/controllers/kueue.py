@@ -27,6 +27,7 @@ import re
 import time
 
 from kubesim.api.errors import ApiError
+from kubesim.api.selectors import label_selector_from_dict, labels_match
 from kubesim.clock import rfc3339
 from kubesim.controllers import events
 from kubesim.controllers.kueue_engine import (
@@ -191,23 +192,13 @@ def _deny(webhook: str, errors: list[str]) -> ApiError:
 
 
 def _selector_matches(selector: dict | None, labels: dict) -> bool:
+    """A ClusterQueue's namespaceSelector: nil matches nothing, {} matches everything."""
     if selector is None:
         return False
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        present = key in labels
-        if op == "In" and (not present or labels[key] not in values):
-            return False
-        if op == "NotIn" and present and labels[key] in values:
-            return False
-        if op == "Exists" and not present:
-            return False
-        if op == "DoesNotExist" and present:
-            return False
-    return True
+    try:
+        return labels_match(label_selector_from_dict(selector), labels)
+    except ApiError:  # an operator the API would have refused: it selects nothing
+        return False
 
 
 # ------------------------------------------------------------------------------------------------
