@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kubernetes import client
 
-from kubesim.testing import KubesimProcess, shared_crds_dir
+from kubesim.testing import KubesimProcess
 
 ECHO_SERVER = r"""
 import asyncio, ssl, sys
@@ -249,7 +249,7 @@ def main() -> None:
     print(f"echo endpoint         creates/s (python client, ConfigMap): {echo_rate:8.0f}")
 
     workdir = Path(tempfile.mkdtemp(prefix="kubesim-bench-"))
-    with KubesimProcess(crds=[shared_crds_dir()], no_cluster=True, workdir=workdir) as server:
+    with KubesimProcess(no_cluster=True, workdir=workdir) as server:
         api = server.api_client()
         core = client.CoreV1Api(api)
         custom = client.CustomObjectsApi(api)
@@ -324,7 +324,7 @@ def main() -> None:
         api.close()
 
     workdir = Path(tempfile.mkdtemp(prefix="kubesim-bench-mem-"))
-    with KubesimProcess(crds=[shared_crds_dir()], no_cluster=True, workdir=workdir) as server:
+    with KubesimProcess(no_cluster=True, workdir=workdir) as server:
         pid = server.process.pid
         base = rss_mb(pid)
         api = server.api_client()

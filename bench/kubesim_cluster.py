@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client, watch  # noqa: E402
 
-from kubesim.testing import KubesimProcess, shared_crds_dir  # noqa: E402
+from kubesim.testing import KubesimProcess  # noqa: E402
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 GPU, MIG = "nvidia.com/gpu", "nvidia.com/mig-1g.10gb"
@@ -293,9 +293,7 @@ def main() -> int:
     cluster_file = workdir / "cluster.yaml"
     cluster_file.write_text(CLUSTER)
     started = time.monotonic()
-    process = KubesimProcess(
-        crds=[shared_crds_dir()], cluster=cluster_file, speed=args.speed, workdir=workdir
-    ).start()
+    process = KubesimProcess(cluster=cluster_file, speed=args.speed, workdir=workdir).start()
     print(
         f"kubesim up in {time.monotonic() - started:.1f}s "
         f"(38 nodes: 240 H100 GPUs + 448 MIG 1g.10gb slices), speed {args.speed:g}"

@@ -241,11 +241,11 @@ def main() -> None:
     parser.add_argument("--web", type=int, default=2, help="gunicorn worker processes")
     args = parser.parse_args()
 
-    from kubesim.testing import KubesimProcess, shared_crds_dir
+    from kubesim.testing import KubesimProcess
 
     ensure_database()
     workdir = Path(tempfile.mkdtemp(prefix="bench-submit-"))
-    with KubesimProcess(crds=[shared_crds_dir()], no_cluster=True, workdir=workdir / "ks") as ks:
+    with KubesimProcess(no_cluster=True, workdir=workdir / "ks") as ks:
         setup_django(ks.kubeconfig)
         import redis
 

@@ -1,7 +1,11 @@
 """`python -m kubesim`: the simulated cluster's HTTPS Kubernetes API server.
 
-python -m kubesim --port PORT --kubeconfig-out PATH [--crds DIR ...] [--state FILE]
-                  [--cluster FILE] [--speed N] [--default-duration SECONDS] [--no-cluster]
+python -m kubesim --port PORT --kubeconfig-out PATH [--crds DIR ...] [--no-default-crds]
+                  [--state FILE] [--cluster FILE] [--speed N] [--default-duration SECONDS]
+                  [--no-cluster]
+
+The Kueue, Volcano and KAI CRDs the portal targets ship inside the package (kubesim/crds/) and
+are loaded by default, so a kubesim started with no flags validates as the tests' kubesims do.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from kubesim.clock import SimClock
 
 log = logging.getLogger("kubesim")
 STATE_SAVE_INTERVAL = 1.0
+# The CRDs vendored with kubesim (Kueue v0.19.2, Volcano v1.15.1, KAI v0.17.0; see its README).
+DEFAULT_CRDS_DIR = Path(__file__).resolve().parent / "crds"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,8 +61,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[],
         type=Path,
         metavar="DIR",
-        help="load every CustomResourceDefinition YAML under DIR (repeatable); "
-        "without it the Kueue/Volcano/KAI kinds are served schema-less",
+        help="also load every CustomResourceDefinition YAML under DIR (repeatable); a CRD "
+        "named like a vendored one replaces it",
+    )
+    parser.add_argument(
+        "--no-default-crds",
+        action="store_true",
+        help=f"do not load the vendored Kueue/Volcano/KAI CRDs ({DEFAULT_CRDS_DIR}); with no "
+        "--crds either, those kinds are served schema-less (nothing is validated)",
     )
     parser.add_argument(
         "--state", type=Path, default=None, help="persist objects to FILE and restore them at start"
@@ -129,6 +141,16 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
     os.replace(tmp, path)
 
 
+def crd_dirs(options: argparse.Namespace) -> list[Path]:
+    """The CRD directories to load, in precedence order (the first CRD of a name wins): every
+    --crds DIR, then the vendored ones unless --no-default-crds; each directory once."""
+    dirs = [*options.crds, *([] if options.no_default_crds else [DEFAULT_CRDS_DIR])]
+    unique: dict[Path, Path] = {}
+    for directory in dirs:
+        unique.setdefault(Path(directory).resolve(), Path(directory))
+    return list(unique.values())
+
+
 def build(options: argparse.Namespace) -> tuple[Store, CrdManager]:
     registry = Registry()
     register_builtins(registry)
@@ -146,8 +168,8 @@ def build(options: argparse.Namespace) -> tuple[Store, CrdManager]:
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
                 field_manager="kubesim",
             )
-    crds = read_crd_files(options.crds) if options.crds else builtin_crds()
-    crd_manager.create_all(crds)
+    dirs = crd_dirs(options)
+    crd_manager.create_all(read_crd_files(dirs) if dirs else builtin_crds())
     return store, crd_manager
 
 

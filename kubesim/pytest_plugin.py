@@ -1,10 +1,10 @@
 """pytest fixtures that start kubesim processes (list "kubesim.pytest_plugin" in pytest_plugins).
 
-- `kubesim_api`: one server per test session with the shared CRDs and no simulated cluster
+- `kubesim_api`: one server per test session with the vendored CRDs and no simulated cluster
   (API machinery only);
-- `kubesim`: one server per test session with the shared CRDs and the simulated cluster;
+- `kubesim`: one server per test session with the vendored CRDs and the simulated cluster;
 - `kubesim_factory`: start servers with any options inside one test (stopped after it);
-- `kubesim_fresh`: a server of its own for one test (shared CRDs, no cluster);
+- `kubesim_fresh`: a server of its own for one test (vendored CRDs, no cluster);
 - `kube_client`: a kubernetes.client.ApiClient for `kubesim_api`.
 """
 
@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from kubesim.testing import KubesimProcess, shared_crds_dir
+from kubesim.testing import KubesimProcess
 
 
 def _speed() -> float:
@@ -24,14 +24,14 @@ def _speed() -> float:
 @pytest.fixture(scope="session")
 def kubesim_api(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("kubesim-api")
-    with KubesimProcess(crds=[shared_crds_dir()], no_cluster=True, workdir=workdir) as server:
+    with KubesimProcess(no_cluster=True, workdir=workdir) as server:
         yield server
 
 
 @pytest.fixture(scope="session")
 def kubesim(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("kubesim")
-    with KubesimProcess(crds=[shared_crds_dir()], speed=_speed(), workdir=workdir) as server:
+    with KubesimProcess(speed=_speed(), workdir=workdir) as server:
         yield server
 
 
@@ -52,7 +52,7 @@ def kubesim_factory(tmp_path):
 
 @pytest.fixture
 def kubesim_fresh(kubesim_factory):
-    return kubesim_factory(crds=[shared_crds_dir()], no_cluster=True)
+    return kubesim_factory(no_cluster=True)
 
 
 @pytest.fixture

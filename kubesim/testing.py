@@ -20,14 +20,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 60.0
 
 
-def shared_dir() -> Path:
-    """The shared research/fixtures directory: env PORTAL_SHARED_DIR or <repo>/../shared."""
-    env = os.environ.get("PORTAL_SHARED_DIR")
-    return Path(env) if env else REPO_ROOT.parent / "shared"
+def vendored_crds_dir() -> Path:
+    """The Kueue/Volcano/KAI CRDs and upstream examples vendored in kubesim/crds/ (the ones
+    `python -m kubesim` loads by default)."""
+    return Path(__file__).resolve().parent / "crds"
 
 
-def shared_crds_dir() -> Path:
-    return shared_dir() / "crds"
+# The former name, from when the CRDs lived outside the repository; kept for existing callers.
+shared_crds_dir = vendored_crds_dir
 
 
 def kubectl_path() -> str | None:

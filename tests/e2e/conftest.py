@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kubesim.testing import KubesimProcess, shared_crds_dir
+from kubesim.testing import KubesimProcess
 
 REPO = Path(__file__).resolve().parents[2]
 # A Redis database of its own so other suites' queues never mix with these.
@@ -22,9 +22,7 @@ E2E_REDIS_URL = os.environ.get("PORTAL_E2E_REDIS_URL", "redis://127.0.0.1:6379/1
 
 @pytest.fixture(scope="module")
 def e2e_kubesim(tmp_path_factory):
-    with KubesimProcess(
-        crds=[shared_crds_dir()], speed=100, workdir=tmp_path_factory.mktemp("ks-e2e")
-    ) as server:
+    with KubesimProcess(speed=100, workdir=tmp_path_factory.mktemp("ks-e2e")) as server:
         yield server
 
 

@@ -1,9 +1,9 @@
-"""Every manifest the portal builds is accepted by the real CRD schemas (kubesim --crds, API
-machinery only), and the schemas are really enforced (a broken object is refused)."""
+"""Every manifest the portal builds is accepted by the real CRD schemas (kubesim with its vendored
+CRDs, API machinery only), and the schemas are really enforced (a broken object is refused)."""
 
 import pytest
 
-from kubesim.testing import KubesimProcess, shared_crds_dir
+from kubesim.testing import KubesimProcess
 from tests.jobs.test_manifests import spec
 from tests.jobs.test_quota_manifests import MODEL
 
@@ -12,9 +12,7 @@ pytestmark = pytest.mark.kubesim
 
 @pytest.fixture(scope="module")
 def api_only(tmp_path_factory):
-    with KubesimProcess(
-        crds=[shared_crds_dir()], no_cluster=True, workdir=tmp_path_factory.mktemp("ks-crds")
-    ) as server:
+    with KubesimProcess(no_cluster=True, workdir=tmp_path_factory.mktemp("ks-crds")) as server:
         yield server
 
 

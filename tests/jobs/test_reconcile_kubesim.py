@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from kubesim.testing import KubesimProcess, shared_crds_dir
+from kubesim.testing import KubesimProcess
 
 pytestmark = [pytest.mark.kubesim, pytest.mark.django_db]
 
@@ -14,9 +14,7 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with KubesimProcess(
-        crds=[shared_crds_dir()], speed=100, workdir=tmp_path_factory.mktemp("ks-reconcile")
-    ) as server:
+    with KubesimProcess(speed=100, workdir=tmp_path_factory.mktemp("ks-reconcile")) as server:
         yield server
 
 

@@ -125,6 +125,34 @@ def test_manage_py_demo_serves_until_interrupted(tmp_path: Path):
     assert "Demo stopped." in output
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0  # runserver is gone
+    # Each process's lines carry its name; the access log is the web server's.
+    lines = output.splitlines()
+    assert any(line.startswith("[kubesim] kubesim listening on https://") for line in lines)
+    assert any(line.startswith("[web]") and "GET /admin/login/" in line for line in lines)
+    assert any(line.startswith("[worker]") for line in lines)
+    # A normal Ctrl-C stops quietly: the worker shuts its pool down itself, no ERROR lines.
+    assert "exited with signal" not in output
+    assert not [line for line in lines if "ERROR" in line], output
+
+
+def test_supervise_labels_each_childs_lines():
+    script = "import sys, time; print('hello'); print('oops', file=sys.stderr); time.sleep(120)"
+    one = Child("one", [sys.executable, "-c", script])
+    two = Child("two", [sys.executable, "-c", script.replace("hello", "bonjour")])
+    out = io.StringIO()
+    timer = threading.Timer(3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        assert supervise([one, two], out=out) == 0
+    finally:
+        timer.cancel()
+    lines = out.getvalue().splitlines()
+    assert sorted(lines) == [
+        "[one]     hello",
+        "[one]     oops",
+        "[two]     bonjour",
+        "[two]     oops",
+    ]
 
 
 def test_children_start_in_order_each_once_the_previous_is_ready(tmp_path):

@@ -4,17 +4,21 @@ The long-running parts are child processes listed by ``demo_children``: kubesim 
 GPU cluster, its objects kept in var/kubesim/ across restarts), a Celery worker with beat embedded
 on the filesystem broker (no broker server needed) and the web server. The command starts them in
 order, watches them, and on Ctrl-C (or SIGTERM, or one of them exiting) stops all of them in
-reverse order. Once they run, it applies the demo quotas to the cluster and submits a few sample
-jobs (the first time only), so a newcomer sees jobs queue and run within a minute.
+reverse order. Each child's output lines are prefixed with its name (``[web] ...``), so the web
+access log and the worker's log stay apart. Once they run, it applies the demo quotas to the
+cluster and submits a few sample jobs (the first time only), so a newcomer sees jobs queue and run
+within a minute.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +30,25 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 STOP_TIMEOUT_SECONDS = 10
+LABEL_WIDTH = len("[kubesim] ")
+
+
+class LabelledOutput:
+    """Writes whole lines from several threads to one stream, each prefixed with a label."""
+
+    def __init__(self, out) -> None:
+        self.out = out
+        self.lock = threading.Lock()
+
+    def pump(self, stream, label: str) -> None:
+        """Copy a child's output, line by line, until it closes (the child exited)."""
+        prefix = f"[{label}] ".ljust(LABEL_WIDTH)
+        for raw in iter(stream.readline, b""):
+            line = raw.decode(errors="replace").rstrip("\r\n")
+            with self.lock:
+                self.out.write(prefix + line + "\n")
+                self.out.flush()
+        stream.close()
 
 
 @dataclass
@@ -42,31 +65,44 @@ class Child:
     ready: Callable[[], bool] | None = None
     ready_timeout: float = 60.0
     process: subprocess.Popen | None = None
+    # Where the child's output goes, labelled; None = straight to this process's stdout/stderr.
+    output: LabelledOutput | None = None
+    _pump: threading.Thread | None = None
 
     def start(self) -> None:
+        piped = self.output is not None
         self.process = subprocess.Popen(
             self.argv,
             cwd=settings.BASE_DIR,
-            env={**os.environ, **self.env},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             # Own process group: Ctrl-C reaches only the supervisor, which stops children in order.
             start_new_session=True,
+            stdout=subprocess.PIPE if piped else None,
+            stderr=subprocess.STDOUT if piped else None,
         )
+        if piped:
+            self._pump = threading.Thread(
+                target=self.output.pump, args=(self.process.stdout, self.name), daemon=True
+            )
+            self._pump.start()
 
     def poll(self) -> int | None:
         return None if self.process is None else self.process.poll()
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            self.process.wait(timeout=STOP_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        """SIGTERM to the child alone, so it shuts down its own helpers in order (signalling the
+        whole group made Celery's pool processes die first, and the worker log each one as an
+        ERROR); SIGKILL to the whole group if it has not exited after STOP_TIMEOUT_SECONDS."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        if self._pump is not None:
+            self._pump.join(timeout=2)  # its last lines before "Demo stopped."
 
 
 def port_open(addr: str) -> Callable[[], bool]:
@@ -94,14 +130,6 @@ def kubeconfig_ready(path: Path) -> Callable[[], bool]:
     return check
 
 
-def shared_crds_dir() -> Path | None:
-    """The real Kueue/Volcano/KAI CRDs beside the checkout, when present (then kubesim
-    validates against them; without them it serves the same kinds unvalidated)."""
-    shared = Path(os.environ.get("PORTAL_SHARED_DIR", Path(settings.BASE_DIR).parent / "shared"))
-    crds = shared / "crds"
-    return crds if crds.is_dir() else None
-
-
 def demo_children(*, addr: str) -> list[Child]:
     """The demo's long-running processes, started in this order and stopped in reverse."""
     manage = str(Path(settings.BASE_DIR) / "manage.py")
@@ -118,8 +146,6 @@ def demo_children(*, addr: str) -> list[Child]:
         "--state",
         str(var / "kubesim" / "state.json"),
     ]
-    if crds := shared_crds_dir():
-        kubesim_argv += ["--crds", str(crds)]
     celery = str(Path(sys.executable).parent / "celery")
     return [
         Child("kubesim", kubesim_argv, ready=kubeconfig_ready(kubeconfig)),
@@ -186,6 +212,9 @@ def supervise(children: list[Child], *, out, on_ready: Callable[[], None] | None
         stop_requested.append(signum)
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    output = LabelledOutput(out)
+    for child in children:
+        child.output = output
     exit_code = 0
     try:
         for child in children:

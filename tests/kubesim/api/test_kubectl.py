@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubesim.testing import kubectl_path, shared_crds_dir
+from kubesim.testing import kubectl_path, vendored_crds_dir
 
 KUBECTL = kubectl_path()
 pytestmark = [pytest.mark.kubesim]
@@ -21,7 +21,7 @@ def test_kubectl_is_installed_by_the_test_command():
 
 
 # kinds the examples use that are not part of the kubesim CRD set (JobSet, Kubeflow)
-EXAMPLES = sorted(shared_crds_dir().glob("*/examples/*.yaml"))
+EXAMPLES = sorted(vendored_crds_dir().glob("*/examples/*.yaml"))
 
 
 @pytest.fixture(scope="module")

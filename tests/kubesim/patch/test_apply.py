@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-from pathlib import Path
 
 import pytest
 import yaml
@@ -22,6 +20,7 @@ from kubesim.api.apply import (
     update_managed_fields,
 )
 from kubesim.api.patch import PatchError
+from kubesim.testing import vendored_crds_dir
 
 T1, T2, T3, T4 = (f"2026-11-30T04:0{i}:00Z" for i in range(1, 5))
 
@@ -544,11 +543,9 @@ def test_update_that_changes_nothing_adds_no_entry():
 
 # --------------------------------------------------------------------------- Kueue ClusterQueue
 
-SHARED = Path(os.environ.get("PORTAL_SHARED_DIR") or Path(__file__).resolve().parents[4] / "shared")
-
 
 def cluster_queue_keys():
-    root = SHARED / "crds"
+    root = vendored_crds_dir()
     crd = yaml.safe_load((root / "kueue" / "kueue.x-k8s.io_clusterqueues.yaml").read_text())
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1beta2")
     return schema_list_map_keys(version["schema"]["openAPIV3Schema"])

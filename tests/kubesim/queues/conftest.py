@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from kubesim.testing import KubesimProcess, kubectl_path, shared_crds_dir
+from kubesim.testing import KubesimProcess, kubectl_path
 
 SPEED = 100.0
 _names = itertools.count()
@@ -17,7 +17,7 @@ _names = itertools.count()
 
 @pytest.fixture(scope="module")
 def cluster():
-    process = KubesimProcess(crds=[shared_crds_dir()], speed=SPEED).start()
+    process = KubesimProcess(speed=SPEED).start()
     try:
         yield process
     finally:

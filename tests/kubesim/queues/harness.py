@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -17,12 +15,7 @@ from kubesim.api.builtins import register_builtins
 from kubesim.api.crds import CrdManager, read_crd_files
 from kubesim.api.registry import Registry
 from kubesim.api.store import Store
-
-
-def shared_crds_dir() -> Path:
-    root = os.environ.get("PORTAL_SHARED_DIR")
-    base = Path(root) if root else Path(__file__).resolve().parents[3].parent / "shared"
-    return base / "crds"
+from kubesim.testing import vendored_crds_dir
 
 
 class ManualClock:
@@ -93,7 +86,7 @@ def make_store(*crd_dirs: str) -> tuple[Store, ManualClock]:
         manager = CrdManager(store)
         dirs = crd_dirs or ("kueue", "volcano")
         if dirs not in _crd_files:
-            _crd_files[dirs] = read_crd_files([shared_crds_dir() / d for d in dirs])
+            _crd_files[dirs] = read_crd_files([vendored_crds_dir() / d for d in dirs])
         # create_all copies only the top level, so the spec objects (the cache key) are shared
         manager.create_all(_crd_files[dirs])
     finally:

@@ -13,8 +13,9 @@ import pytest
 
 from kubesim.api.errors import ApiError
 from kubesim.controllers.kueue import KueueController, workload_name
+from kubesim.testing import vendored_crds_dir
 
-from .harness import apply_yaml, make_ctx, shared_crds_dir
+from .harness import apply_yaml, make_ctx
 
 API = "kueue.x-k8s.io/v1beta2"
 GPU = "nvidia.com/gpu"
@@ -166,7 +167,7 @@ def events_for(store, obj):
 def test_sample_job_admitted_runs_and_finishes(kueue):
     ctx, controller = kueue
     store = ctx.store
-    examples = shared_crds_dir() / "kueue" / "examples"
+    examples = vendored_crds_dir() / "kueue" / "examples"
     apply_yaml(store, (examples / "single-clusterqueue-setup.yaml").read_text())
     (job,) = apply_yaml(store, (examples / "sample-job.yaml").read_text())
     assert job["spec"]["suspend"] is True  # the mutating webhook

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from kubernetes import client
 
-from kubesim.testing import shared_crds_dir, wait_for
+from kubesim.testing import vendored_crds_dir, wait_for
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 GPU = "nvidia.com/gpu"
@@ -154,7 +154,7 @@ def job_suspended(api, namespace, name) -> bool:
 
 
 def test_sample_job_admitted_runs_and_finishes_with_kubectl(kubectl, api):
-    examples = shared_crds_dir() / "kueue" / "examples"
+    examples = vendored_crds_dir() / "kueue" / "examples"
     kubectl("apply", "-f", str(examples / "single-clusterqueue-setup.yaml"))
     created = kubectl(
         "create", "-f", str(examples / "sample-job.yaml"), "-o", "name"

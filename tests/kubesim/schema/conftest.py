@@ -1,24 +1,18 @@
-"""CRD schemas from ../shared/crds, parsed and compiled once per test session."""
+"""The vendored CRD schemas (kubesim/crds/), parsed and compiled once per test session."""
 
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import yaml
 
 from kubesim.api.schema import CompiledSchema
-
-REPO = Path(__file__).resolve().parents[3]
-
-
-def shared_dir() -> Path:
-    return Path(os.environ.get("PORTAL_SHARED_DIR") or REPO.parent / "shared")
+from kubesim.testing import vendored_crds_dir
 
 
 def crd_files() -> list[Path]:
-    return sorted((shared_dir() / "crds").glob("*/*.yaml"))
+    return sorted(vendored_crds_dir().glob("*/*.yaml"))
 
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -26,7 +20,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 @functools.cache
 def load_crds() -> dict[tuple[str, str], dict]:
-    """(group, kind) -> CRD document, for every CRD in shared/crds."""
+    """(group, kind) -> CRD document, for every vendored CRD."""
     crds = {}
     for path in crd_files():
         with path.open() as handle:

@@ -6,8 +6,9 @@ import pytest
 import yaml
 
 from kubesim.api.builtin_validation import validate_builtin
+from kubesim.testing import vendored_crds_dir
 
-from .conftest import compiled, load_crds, shared_dir
+from .conftest import compiled, load_crds
 
 NOMINAL = "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"
 
@@ -49,7 +50,7 @@ def admit(obj, old=None):
 
 
 def example_objects():
-    for path in sorted((shared_dir() / "crds").glob("*/examples/*.yaml")):
+    for path in sorted(vendored_crds_dir().glob("*/examples/*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind"):
                 yield pytest.param(
@@ -68,7 +69,7 @@ def test_shipped_examples_are_valid(doc):
         return
     group = doc["apiVersion"].split("/")[0]
     if (group, doc["kind"]) not in load_crds():
-        pytest.skip(f"{doc['apiVersion']} {doc['kind']} is not a CRD of the shared sets")
+        pytest.skip(f"{doc['apiVersion']} {doc['kind']} is not a CRD of the vendored sets")
     _, causes = admit(doc)
     assert causes == []
 
