@@ -142,8 +142,8 @@ def _ok(core) -> bool:
     return True
 
 
-def test_without_crds_the_queue_kinds_are_served_schema_less(kubesim_factory):
-    server = kubesim_factory(no_cluster=True)
+def test_with_no_default_crds_the_queue_kinds_are_served_schema_less(kubesim_factory):
+    server = kubesim_factory(no_cluster=True, extra_args=["--no-default-crds"])
     api = server.api_client()
     custom = client.CustomObjectsApi(api)
     cq = custom.create_cluster_custom_object(
