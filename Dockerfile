@@ -13,7 +13,8 @@ COPY portal ./portal
 COPY tenants ./tenants
 COPY quotas ./quotas
 COPY jobs ./jobs
-COPY kubesim ./kubesim
+# The portal alone: no kubesim (the simulated cluster of tests and the demo) and no extra, so
+# none of kubesim's dependencies (the `sim` extra) is installed.
 RUN pip install .
 
 COPY manage.py ./

@@ -1,5 +1,8 @@
 # Two commands for a fresh machine: `make demo` and `make test`.
-PYTHON ?= python3.11
+# The first installed Python the project supports (3.11-3.13); PYTHON=... overrides. Each one is
+# run, not just looked up: a pyenv shim exists for versions that are installed but not selected.
+SUPPORTED_PYTHON := import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))
+PYTHON ?= $(firstword $(foreach p,python3.11 python3.12 python3.13 python3,$(if $(shell $(p) -c '$(SUPPORTED_PYTHON)' >/dev/null 2>&1 && echo ok),$(p))))
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -10,9 +13,10 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
 .PHONY: demo test lint venv
 
+# The dev extra pulls in the sim extra (kubesim's dependencies), which `make demo` needs too.
 $(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; trying python3"; }
-	test -x $(PY) || ($(PYTHON) -m venv $(VENV) 2>/dev/null || python3 -m venv $(VENV))
+	@test -n "$(PYTHON)" || { echo "Python 3.11, 3.12 or 3.13 is needed (none found on PATH)" >&2; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
@@ -23,6 +27,8 @@ demo: $(STAMP)
 	$(PY) manage.py demo
 
 test: $(STAMP)
+	bash scripts/check-standalone.sh
+	bash scripts/check-python-versions.sh $(PY)
 	bash scripts/ensure-services.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

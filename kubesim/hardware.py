@@ -2,7 +2,8 @@
 power and clock envelopes, and the MIG geometry (profiles, memory-slice placements, GI IDs).
 
 This is kubesim's own table (kubesim imports nothing from the portal). Figures come from NVIDIA's
-MIG user guide and GFD label dumps; see /shared/docs/nvidia.md sections 1 and 2.4.
+MIG user guide (supported MIG profiles, ``nvidia-smi mig -lgip`` / ``-lgipp`` outputs) and the GPU
+Feature Discovery label dumps of NVIDIA/cloud-native-docs (GPU Operator pages).
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@
 This module is the one source of truth for MIG profile names in the portal: quota validation,
 pool validation, manifest building and the over-subscription arithmetic all ask it.
 
-Data: ../shared/docs/nvidia.md section 1 (``nvidia-smi mig -lgip`` / ``-lgipp`` outputs and the
-GPU Operator's default mig-parted config). Every 8-memory-slice GPU (A100, H100, H200, B200 …)
-has the same six instance *shapes*; only the memory in the profile name differs per model, so
-the table is written per shape and each model family names its shapes. The A30 has its own
-4-slice family.
+Data: NVIDIA's MIG User Guide (supported MIG profiles; ``nvidia-smi mig -lgip`` / ``-lgipp``
+outputs) and the GPU Operator's default mig-parted config (NVIDIA/gpu-operator v26.7.0). Every
+8-memory-slice GPU (A100, H100, H200, B200 …) has the same six instance *shapes*; only the memory
+in the profile name differs per model, so the table is written per shape and each model family
+names its shapes. The A30 has its own 4-slice family.
 
 GPU model names are keyed the way GPU Feature Discovery labels nodes
 (``nvidia.com/gpu.product``: the NVML name with spaces turned into ``-``, for example

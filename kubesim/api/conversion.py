@@ -1,7 +1,8 @@
 """Conversion of custom resources between served versions.
 
 Kueue (kueue.x-k8s.io) serves v1beta1 and v1beta2 with v1beta2 as the storage version; the
-renames follow Kueue v0.19's conversion functions (docs: shared/docs/kueue.md):
+renames follow Kueue v0.19's conversion functions (upstream: kubernetes-sigs/kueue v0.19.2,
+``apis/kueue/v1beta1/*_conversion.go``; the CRDs themselves are vendored in kubesim/crds/kueue/):
 
 - ClusterQueue: ``spec.cohort`` <-> ``spec.cohortName``; v1beta1 ``spec.admissionChecks``
   (names) -> v1beta2 ``spec.admissionChecksStrategy.admissionChecks[{name}]``;

@@ -1,0 +1,146 @@
+"""Packaging: the production install carries the portal alone, the supported Pythons are the ones
+pyproject says, and a clone needs nothing outside itself (scripts/check-standalone.sh)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+PROJECT = PYPROJECT["project"]
+# What kubesim needs and the portal does not (the `sim` extra).
+SIM_PACKAGES = {"aiohttp", "cryptography", "common-expression-language", "jsonpatch", "orjson"}
+# Their import names, blocked in the import test (aiohttp is left out: the kubernetes client
+# itself requires it, so a production install has it anyway).
+SIM_MODULES = ["cryptography", "cel", "jsonpatch", "orjson", "kubesim"]
+
+
+def names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[\[<>=~!; ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_kubesim_dependencies_are_an_extra_that_dev_pulls_in():
+    extras = PROJECT["optional-dependencies"]
+    assert names(PROJECT["dependencies"]).isdisjoint(SIM_PACKAGES)
+    assert names(extras["sim"]) == SIM_PACKAGES
+    assert "gpu-portal[sim]" in extras["dev"]
+
+
+def test_supported_pythons_are_3_11_to_3_13_and_the_license_is_an_spdx_string():
+    from packaging.specifiers import SpecifierSet
+
+    supported = SpecifierSet(PROJECT["requires-python"])
+    assert [v for v in ("3.10", "3.11", "3.12", "3.13", "3.14") if v in supported] == [
+        "3.11",
+        "3.12",
+        "3.13",
+    ]
+    assert PROJECT["license"] == "Apache-2.0"  # a table is deprecated by setuptools 77
+    assert "setuptools>=77" in PYPROJECT["build-system"]["requires"]
+
+
+def test_the_image_installs_the_portal_without_kubesim():
+    lines = [line.strip() for line in (REPO / "Dockerfile").read_text().splitlines()]
+    copies = [line for line in lines if line.startswith(("COPY", "ADD"))]
+    assert copies, "the Dockerfile copies nothing?"
+    assert not [line for line in copies if "kubesim" in line or re.match(r"(COPY|ADD) \. ", line)]
+    installs = [line for line in lines if "pip install" in line]
+    assert installs == ["RUN pip install ."]  # no extra, not editable
+
+
+def test_every_portal_module_imports_without_kubesim_or_its_dependencies():
+    """What the image has: Django setup and every module of the four apps import with the sim
+    extra's packages (and kubesim itself) unimportable."""
+    script = textwrap.dedent(
+        f"""
+        import importlib, pkgutil, sys
+
+        BLOCKED = {SIM_MODULES!r}
+
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in BLOCKED:
+                    raise ImportError(f"{{name}} is not installed in production")
+
+        sys.meta_path.insert(0, Block())
+        import django
+        django.setup()
+        count = 0
+        for package in ("portal", "tenants", "quotas", "jobs"):
+            module = importlib.import_module(package)
+            for info in pkgutil.walk_packages(module.__path__, package + "."):
+                importlib.import_module(info.name)
+                count += 1
+        print(count)
+        """
+    )
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="portal.settings")
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout.split()[-1]) > 50  # really walked the apps
+
+
+@pytest.fixture
+def scratch_repo(tmp_path):
+    """A git repository holding the check script and one ordinary file."""
+    shutil.copytree(REPO / "scripts", tmp_path / "scripts")
+    (tmp_path / "README.md").write_text("# a project\nshared settings live in settings.py\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    return tmp_path
+
+
+def check(repo: Path) -> subprocess.CompletedProcess:
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    return subprocess.run(
+        ["bash", str(repo / "scripts" / "check-standalone.sh"), str(repo)],
+        capture_output=True,
+        text=True,
+    )
+
+
+SHARED = ".." + "/shared"  # spelled in two parts so this file does not trip the check itself
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"python -m kubesim --crds {SHARED}/crds",
+        f"see {SHARED[3:]}/docs/nvidia.md section 1",
+        f"Path(os.environ.get('PORTAL_{SHARED[3:].upper()}_DIR'))",
+        f'REPO.parent / "{SHARED[3:]}"',
+        f"cat /work/{SHARED[3:]}/fixtures/dcgm/SOURCES.md",
+    ],
+)
+def test_check_standalone_fails_on_a_reference_to_the_shared_folder(scratch_repo, text):
+    (scratch_repo / "jobs.py").write_text(f"# {text}\n")
+    result = check(scratch_repo)
+    assert result.returncode == 1
+    assert "jobs.py:1:" in result.stderr
+
+
+def test_check_standalone_passes_a_clean_repo_and_the_optional_conformance_test(scratch_repo):
+    assert check(scratch_repo).returncode == 0
+    conformance = scratch_repo / "tests" / "kubesim" / "test_conformance_client_e2e.py"
+    conformance.parent.mkdir(parents=True)
+    conformance.write_text(f"SUITE = REPO.parent / '{SHARED[3:]}' / 'conformance'  # {SHARED}\n")
+    (scratch_repo / "notes.md").write_text("the unshared/docs folder and a shared_task\n")
+    result = check(scratch_repo)
+    assert result.returncode == 0, result.stderr
+
+
+def test_this_repository_passes_the_standalone_check():
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "check-standalone.sh")], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
