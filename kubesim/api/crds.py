@@ -272,14 +272,25 @@ class CrdManager:
         return rtype
 
     def create_all(self, crds: list[dict]) -> None:
-        """Create CRDs at start (through the store, so `kubectl get crds` lists them)."""
+        """Create CRDs at start (through the store, so `kubectl get crds` lists them). The first
+        CRD of a name in `crds` wins; one restored from a state file with another spec (saved by
+        an older kubesim, or before the vendored CRDs existed) is replaced: the definitions given
+        at start are the source of truth, as `kubectl apply` of a new release would make them."""
+        seen: set[str] = set()
         for crd in crds:
             crd = dict(crd)
             crd.setdefault("apiVersion", CRD_API_VERSION)
             name = (crd.get("metadata") or {}).get("name")
-            if self.store.try_get(CRD_API_VERSION, CRD_KIND, None, name) is not None:
+            if name in seen:
                 continue
-            self.store.create(crd, field_manager="kubesim")
+            seen.add(name)
+            existing = self.store.try_get(CRD_API_VERSION, CRD_KIND, None, name)
+            if existing is None:
+                self.store.create(crd, field_manager="kubesim")
+            elif existing.get("spec") != crd.get("spec"):
+                version = existing["metadata"]["resourceVersion"]
+                crd["metadata"] = {**crd["metadata"], "resourceVersion": version}
+                self.store.update(crd, field_manager="kubesim")
 
 
 # --- built-in definitions (used when no --crds directory is given) ------------------------

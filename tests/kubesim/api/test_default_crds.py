@@ -146,3 +146,22 @@ def test_no_default_crds_leaves_the_vendored_crds_out(kubesim_factory):
     )
     assert status == 201, body  # schema-less: stored as sent
     assert body["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == "lots"
+
+
+def test_a_state_saved_without_the_vendored_crds_gets_them_on_restart(kubesim_factory, tmp_path):
+    """A demo's var/kubesim/state.json from before the CRDs were vendored held schema-less
+    definitions; a restart replaces them, and the objects stored under them stay readable."""
+    state = tmp_path / "state.json"
+    first = kubesim_factory(state=state, no_cluster=True, extra_args=["--no-default-crds"])
+    status, _ = first.request(
+        "POST", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues", cluster_queue("old", 2)
+    )
+    assert status == 201
+    assert first.stop() == 0
+    second = kubesim_factory(state=state, no_cluster=True)
+    status, body = second.request(
+        "POST", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues", cluster_queue("lots", "lots")
+    )
+    assert status == 422, body
+    status, body = second.request("GET", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/old")
+    assert status == 200, body
