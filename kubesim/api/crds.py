@@ -1,5 +1,6 @@
 """CustomResourceDefinitions: loading from YAML, run-time creation through the API, and the
-built-in (schema-less) definitions of the Kueue, Volcano and KAI kinds used without --crds."""
+built-in (schema-less) definitions of the Kueue, Volcano and KAI kinds, used only with
+--no-default-crds and no --crds (by default kubesim loads the vendored CRDs of kubesim/crds/)."""
 
 from __future__ import annotations
 
@@ -293,7 +294,7 @@ class CrdManager:
                 self.store.update(crd, field_manager="kubesim")
 
 
-# --- built-in definitions (used when no --crds directory is given) ------------------------
+# --- built-in definitions (used with --no-default-crds and no --crds) ------------------------
 def _col(name: str, type_: str, path: str, priority: int = 0) -> dict:
     column = {"name": name, "type": type_, "jsonPath": path}
     if priority:
