@@ -123,10 +123,15 @@ def _meta(obj: dict[str, Any]) -> tuple[str, str, str | None, str]:
     return obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"]
 
 
-def apply(obj: dict[str, Any], *, force: bool = True) -> dict[str, Any]:
-    """Server-side apply one object; returns the object as the server now holds it."""
+def apply(
+    obj: dict[str, Any], *, force: bool = True, field_manager: str = L.FIELD_MANAGER
+) -> dict[str, Any]:
+    """Server-side apply one object; returns the object as the server now holds it.
+
+    A separate ``field_manager`` owns only the fields it applies: applying an emptier object
+    under it later removes exactly those fields and leaves the portal's own alone."""
     api_version, kind, namespace, name = _meta(obj)
-    query = [("fieldManager", L.FIELD_MANAGER)]
+    query = [("fieldManager", field_manager)]
     if force:
         query.append(("force", "true"))
     return _call(
