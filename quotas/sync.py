@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from portal.kube import apply as kube
@@ -227,14 +227,7 @@ def sync_lock(*, wait: float | None = None) -> Iterator[None]:
         wait = settings.PORTAL_QUOTA_SYNC_LOCK_WAIT
     deadline = time.monotonic() + wait
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            while True:
-                cursor.execute("SELECT pg_try_advisory_lock(%s)", [LOCK_KEY])
-                if cursor.fetchone()[0]:
-                    break
-                if time.monotonic() >= deadline:
-                    raise QuotaSyncBusy(f"another quota sync held the lock for {wait:.0f} s")
-                time.sleep(0.1)
+        _pg_lock(wait)
         try:
             yield
         finally:
@@ -268,6 +261,22 @@ def sync_lock(*, wait: float | None = None) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _pg_lock(wait: float) -> None:
+    """Wait for the session advisory lock (a waiting sync shows in pg_locks as not granted)."""
+    try:
+        # A transaction (a savepoint inside one) scopes lock_timeout and survives a timeout.
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('lock_timeout', %s, true)", [f"{max(int(wait * 1000), 1)}ms"]
+            )
+            cursor.execute("SELECT pg_advisory_lock(%s)", [LOCK_KEY])
+            cursor.execute("SELECT set_config('lock_timeout', %s, true)", ["0"])
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available
+            raise QuotaSyncBusy(f"another quota sync held the lock for {wait:.0f} s") from exc
+        raise
 
 
 def sync_quota_objects(

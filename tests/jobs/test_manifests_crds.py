@@ -5,7 +5,7 @@ import pytest
 
 from kubesim.testing import KubesimProcess, shared_crds_dir
 from tests.jobs.test_manifests import spec
-from tests.jobs.test_quota_manifests import MODEL
+from tests.quotas.test_quota_manifests import MODEL
 
 pytestmark = pytest.mark.kubesim
 
