@@ -10,7 +10,7 @@ its save/delete hooks call the services, which re-check under locks. A service t
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponseRedirect
 
 from quotas.tasks import enqueue_quota_sync
@@ -52,9 +52,8 @@ class ServiceModelAdmin(admin.ModelAdmin):
         for obj in queryset:
             self.service_delete(request, obj)
 
-    def _refused(self, request: HttpRequest, exc: Exception):
-        text = " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
-        self.message_user(request, f"Nothing was saved: {text}", messages.ERROR)
+    def _refused(self, request: HttpRequest, exc: ValidationError):
+        self.message_user(request, f"Nothing was saved: {' '.join(exc.messages)}", messages.ERROR)
         return HttpResponseRedirect(request.get_full_path())
 
     # The admin runs these views in a transaction: a refusal rolls back every write of the
@@ -62,7 +61,7 @@ class ServiceModelAdmin(admin.ModelAdmin):
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
         try:
             return super().changeform_view(request, object_id, form_url, extra_context)
-        except (ValidationError, PermissionDenied) as exc:
+        except ValidationError as exc:
             if request.method != "POST":
                 raise
             return self._refused(request, exc)
@@ -70,7 +69,7 @@ class ServiceModelAdmin(admin.ModelAdmin):
     def delete_view(self, request, object_id, extra_context=None):
         try:
             return super().delete_view(request, object_id, extra_context)
-        except (ValidationError, PermissionDenied) as exc:
+        except ValidationError as exc:
             if request.method != "POST":
                 raise
             return self._refused(request, exc)

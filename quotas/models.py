@@ -285,7 +285,6 @@ class SyncOutcome(models.TextChoices):
     OK = "ok", "OK"
     REFUSED = "refused", "Deletions refused"
     ERRORS = "errors", "Errors"
-    BUSY = "busy", "Another sync was running"
 
 
 class QuotaSyncStatus(models.Model):

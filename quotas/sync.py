@@ -297,10 +297,9 @@ def sync_quota_objects(
             # Read the database only once the lock is held: a sync that waited sees every
             # change committed before the previous sync finished.
             report, retry = _sync(quota_model(), set(confirmed_deletions))
-    except QuotaSyncBusy as exc:
-        services.quota_sync_status_record(
-            started_at=started, outcome=SyncOutcome.BUSY, message=str(exc)
-        )
+    except QuotaSyncBusy:
+        # Not recorded: the status shows the last sync that ran (a refusal must stay visible).
+        log.warning("quota sync: another sync is still running; will retry")
         raise
     except KubeError as exc:  # could not even list what the portal owns
         services.quota_sync_status_record(
