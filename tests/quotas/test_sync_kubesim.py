@@ -127,7 +127,12 @@ def test_a_sync_that_read_the_database_before_a_project_existed_keeps_its_object
     beat = threading.Thread(target=run, args=("beat",), name="beat-sync")
     beat.start()
     try:
-        assert read_the_database.wait(60)
+        _wait_until(
+            lambda: read_the_database.is_set() or not beat.is_alive(),
+            timeout=60,
+            what="the first sync to read the database",
+        )
+        assert read_the_database.is_set(), outcomes.get("beat")
         _project("robotics", research, pool)  # committed: the admin's save
         admin_sync = threading.Thread(target=run, args=("admin",), name="admin-sync")
         admin_sync.start()
