@@ -64,6 +64,19 @@ def _server_message(exc: ApiException) -> tuple[str, str]:
     return (message or exc.reason or f"HTTP {exc.status}", reason or str(exc.reason or ""))
 
 
+def _namespace_terminating(exc: ApiException, message: str) -> bool:
+    """Whether a 403 is kube-apiserver refusing new content in a terminating namespace (its
+    StatusCause NamespaceTerminating, or the message it always carries)."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    causes = ((body.get("details") or {}).get("causes") or []) if isinstance(body, dict) else []
+    if any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes):
+        return True
+    return "because it is being terminated" in message
+
+
 def classify(exc: BaseException) -> KubeError:
     if isinstance(exc, KubeError):
         return exc
@@ -72,6 +85,10 @@ def classify(exc: BaseException) -> KubeError:
         message, reason = _server_message(exc)
         if status == 0 or status in (409, 429) or status >= 500:
             return RetryableKubeError(message, status=status or None, reason=reason)
+        if status == 403 and _namespace_terminating(exc, message):
+            # The namespace is being deleted (e.g. staff removed an orphaned one and the project
+            # came back): once it is gone the quota sync re-creates it, so this is a wait.
+            return RetryableKubeError(message, status=status, reason="NamespaceTerminating")
         return PermanentKubeError(message, status=status, reason=reason)
     if isinstance(exc, urllib3.exceptions.HTTPError | OSError | TimeoutError):
         return RetryableKubeError(f"cannot reach the Kubernetes API: {exc}")

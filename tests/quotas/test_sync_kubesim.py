@@ -347,3 +347,57 @@ def test_quota_edit_and_delete_touch_only_owned_objects(cluster):
     assert kube.get(VOLCANO, "Queue", name) is None
     assert kube.get("v1", "Namespace", name) is not None
     assert kube.get(KUEUE, "ClusterQueue", "someone-elses") is not None
+
+
+@pytest.mark.django_db
+def test_a_namespace_being_deleted_delays_jobs_and_the_sync_instead_of_failing_them(cluster):
+    """Staff deleted an orphaned namespace and the project came back before it was gone: the
+    API server answers 403 "being terminated". That is a wait (retried), not a rejection."""
+    from kubernetes import client as k8s
+
+    from jobs.reconcile import job_reconcile
+    from jobs.services import job_submit
+    from portal.kube import apply as kube
+    from portal.kube.apply import RetryableKubeError
+    from quotas import sync
+    from tests.factories import MembershipFactory, UserFactory
+
+    _, _, projects = _org()
+    sync.sync_quota_objects()
+    project = projects["vision"]
+    user = UserFactory(username="vision-member")
+    MembershipFactory(user=user, project=project, role="member")
+    api_client = cluster.api_client()
+    core = k8s.CoreV1Api(api_client)
+    # Something in the namespace with a finalizer keeps it Terminating until released.
+    core.create_namespaced_config_map(
+        "gp-vision", {"metadata": {"name": "held", "finalizers": ["example.com/hold"]}}
+    )
+    core.delete_namespace("gp-vision")
+    assert kube.get("v1", "Namespace", "gp-vision")["status"]["phase"] == "Terminating"
+
+    job = job_submit(
+        actor=user,
+        project=project,
+        data={"image": "busybox:1.36", "command": ["true"], "kind": "single", "gpus": 1},
+    ).job
+    with pytest.raises(RetryableKubeError, match="being terminated"):
+        job_reconcile(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.state != "failed"
+    with pytest.raises(RetryableKubeError, match="being terminated"):
+        sync.sync_quota_objects()
+
+    # The namespace finishes terminating; the next sync re-creates it and the job goes in.
+    core.patch_namespaced_config_map("held", "gp-vision", {"metadata": {"finalizers": None}})
+    _wait_until(
+        lambda: kube.get("v1", "Namespace", "gp-vision") is None,
+        timeout=30,
+        what="the namespace to be gone",
+    )
+    api_client.close()
+    sync.sync_quota_objects()
+    assert job_reconcile(job_id=job.pk) != "rejected"
+    job.refresh_from_db()
+    assert job.state != "failed"
+    assert kube.list_owned("batch/v1", "Job", namespace="gp-vision")
