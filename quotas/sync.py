@@ -289,7 +289,8 @@ def sync_quota_objects(
 
     Raises RetryableKubeError if anything failed transiently (after doing all it could), so the
     task retries, and QuotaSyncBusy if another sync kept the lock too long; permanent rejections
-    are logged in the report and do not block the rest. Every outcome is recorded for staff.
+    are logged in the report and do not block the rest. Every sync that ran is recorded for
+    staff (QuotaSyncStatus).
     """
     started = timezone.now()
     try:
