@@ -79,13 +79,12 @@ def seed(projects: int):
             "gpus_per_node": 8,
         },
     )
-    for name, value, preemptible in (
-        ("high", 1000, False),
-        ("normal", 500, True),
-        ("low", 100, True),
-    ):
+    from quotas.priority_defaults import PRIORITY_CLASSES
+
+    for default in PRIORITY_CLASSES:  # the values every install gets (the seed migration's)
         PriorityClass.objects.get_or_create(
-            name=name, defaults={"value": value, "preemptible": preemptible}
+            name=default.name,
+            defaults={"value": default.value, "preemptible": default.preemptible},
         )
     user, _ = get_user_model().objects.get_or_create(username="bench")
     slugs = []

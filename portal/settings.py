@@ -197,6 +197,15 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# Quota sync safety: a sync that would delete more than this many owned quota objects AND more
+# than this share of them deletes nothing and tells staff (admin: Quota sync status). A second
+# sync waits this long for the one running before it gives up and retries.
+PORTAL_QUOTA_SYNC_MAX_DELETE_COUNT = env.int("PORTAL_QUOTA_SYNC_MAX_DELETE_COUNT", default=3)
+PORTAL_QUOTA_SYNC_MAX_DELETE_FRACTION = env.float(
+    "PORTAL_QUOTA_SYNC_MAX_DELETE_FRACTION", default=0.25
+)
+PORTAL_QUOTA_SYNC_LOCK_WAIT = env.float("PORTAL_QUOTA_SYNC_LOCK_WAIT", default=60.0)
+
 # Kubernetes: a kubeconfig path (kubesim writes one for the demo) or the in-cluster config.
 KUBECONFIG = env.str("KUBECONFIG", default=str(VAR_DIR / "kubesim" / "kubeconfig"))
 PORTAL_KUBE_IN_CLUSTER = env.bool("PORTAL_KUBE_IN_CLUSTER", default=False)

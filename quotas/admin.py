@@ -1,7 +1,8 @@
-"""Admin console for GPU pools, quotas, department caps and priority classes.
+"""Admin console for GPU pools, quotas, department caps, priority classes and the quota sync.
 
-Validation is the models' (``clean``), so the admin, the API and the services give the same
-messages; numbers shown (maximum, subscription) come from quotas.arithmetic.
+Every write goes through quotas.services (see quotas.admin_base); the forms show the models' own
+checks and the services' cross-row rules as field errors, so the admin, the API and the services
+give the same messages. Numbers shown (maximum, subscription) come from quotas.arithmetic.
 """
 
 from __future__ import annotations
@@ -9,14 +10,25 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
 from django.db.models import IntegerField, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 
-from quotas import arithmetic, mig
-from quotas.models import DepartmentQuota, GpuPool, PriorityClass, ProjectQuota
+from quotas import arithmetic, mig, services
+from quotas.admin_base import QuotaSyncOnChangeAdminMixin, ServiceModelAdmin, add_service_errors
+from quotas.models import (
+    DepartmentQuota,
+    GpuPool,
+    OrphanedNamespace,
+    PriorityClass,
+    ProjectQuota,
+    QuotaSyncStatus,
+    SyncOutcome,
+)
 from quotas.selectors import pool_subscriptions
-from quotas.sync import QuotaSyncOnChangeAdminMixin
+from quotas.sync import delete_orphaned_namespace
+from quotas.tasks import enqueue_quota_sync
 
 
 class ProfileListField(forms.CharField):
@@ -59,12 +71,81 @@ class GpuPoolForm(forms.ModelForm):
             "default_memory",
         )
 
+    def _post_clean(self) -> None:
+        super()._post_clean()  # the model's own checks (and normalisation)
+        if not self.has_error("mig_profiles"):
+            add_service_errors(self, services.pool_conflicts(self.instance))
+
 
 def warn_if_oversubscribed(request: HttpRequest, pools) -> None:
     """After a quota change: tell the admin which pools now promise more GPUs than they have."""
     for subscription in pool_subscriptions(pools=pools).values():
         if subscription.message:
             messages.warning(request, subscription.message)
+
+
+def save_project_quota(actor, obj: ProjectQuota) -> ProjectQuota:
+    """Write a quota as the admin form built it; a change of its pool, resource or project
+    replaces the old row (both in the admin's transaction)."""
+    if obj.pk is not None:
+        old = ProjectQuota.objects.select_related("project", "pool").get(pk=obj.pk)
+        moved = (old.project_id, old.pool_id, old.resource) != (
+            obj.project_id,
+            obj.pool_id,
+            obj.resource,
+        )
+        if moved:
+            services.quota_delete(
+                actor=actor, project=old.project, pool=old.pool, resource=old.resource
+            )
+    return services.quota_set(
+        actor=actor,
+        project=obj.project,
+        pool=obj.pool,
+        resource=obj.resource,
+        nominal=obj.nominal,
+        borrowing_limit=obj.borrowing_limit,
+    )
+
+
+def save_department_quota(actor, obj: DepartmentQuota) -> DepartmentQuota:
+    """Write a department cap as the admin form built it (see save_project_quota)."""
+    if obj.pk is not None:
+        old = DepartmentQuota.objects.select_related("department", "pool").get(pk=obj.pk)
+        if (old.department_id, old.pool_id, old.resource) != (
+            obj.department_id,
+            obj.pool_id,
+            obj.resource,
+        ):
+            services.department_quota_delete(
+                actor=actor, department=old.department, pool=old.pool, resource=old.resource
+            )
+    return services.department_quota_set(
+        actor=actor,
+        department=obj.department,
+        pool=obj.pool,
+        resource=obj.resource,
+        limit=obj.limit,
+    )
+
+
+def warn_about_quota_sync(request: HttpRequest) -> None:
+    """Tell staff on the quota pages when the last sync refused deletions or failed, and which
+    namespaces of deleted projects the sync keeps (never deletes)."""
+    status = QuotaSyncStatus.objects.filter(pk=1).first()
+    if status is not None and status.outcome != SyncOutcome.OK:
+        messages.warning(
+            request,
+            f"The last quota sync ({status.finished_at:%Y-%m-%d %H:%M} UTC): "
+            f"{status.get_outcome_display()}. {status.message} See Quota sync status.",
+        )
+    orphans = list(OrphanedNamespace.objects.values_list("namespace", flat=True)[:20])
+    if orphans:
+        messages.warning(
+            request,
+            f"Namespaces of deleted projects are kept in the cluster, marked, not deleted: "
+            f"{', '.join(orphans)}. Review them under Orphaned namespaces.",
+        )
 
 
 def _subscription_text(subscription: arithmetic.PoolSubscription) -> str:
@@ -85,7 +166,7 @@ class PoolChangeList(ChangeList):
 
 
 @admin.register(GpuPool)
-class GpuPoolAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
+class GpuPoolAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
     form = GpuPoolForm
     list_display = (
         "slug",
@@ -107,10 +188,20 @@ class GpuPoolAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
         # The slug names the Kueue ResourceFlavor; renaming a live pool would orphan it.
         return ("slug",) if obj is not None else ()
 
+    def service_save(self, request, obj: GpuPool, form, change: bool) -> GpuPool:
+        fields = {name: getattr(obj, name) for name in services.POOL_FIELDS}
+        if change:
+            return services.pool_update(actor=request.user, pool=obj, **fields)
+        return services.pool_create(actor=request.user, slug=obj.slug, **fields)
+
+    def service_delete(self, request, obj: GpuPool) -> None:
+        services.pool_delete(actor=request.user, pool=obj)
+
     def get_changelist(self, request, **kwargs):
         return PoolChangeList
 
     def changelist_view(self, request: HttpRequest, extra_context=None):
+        warn_about_quota_sync(request)
         response = super().changelist_view(request, extra_context)
         changelist = getattr(response, "context_data", {}).get("cl")
         if changelist is not None:
@@ -202,9 +293,14 @@ class ProjectQuotaForm(forms.ModelForm):
             ),
         }
 
+    def _post_clean(self) -> None:
+        super()._post_clean()
+        if not self.errors:
+            add_service_errors(self, services.project_quota_conflicts(self.instance))
+
 
 @admin.register(ProjectQuota)
-class ProjectQuotaAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
+class ProjectQuotaAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
     form = ProjectQuotaForm
     list_display = (
         "project",
@@ -219,9 +315,19 @@ class ProjectQuotaAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
     search_fields = ("project__slug", "project__name", "pool__slug", "resource")
     list_select_related = ("project__department", "pool")
 
-    def save_model(self, request, obj, form, change) -> None:
-        super().save_model(request, obj, form, change)
-        warn_if_oversubscribed(request, [obj.pool])
+    def service_save(self, request, obj: ProjectQuota, form, change: bool) -> ProjectQuota:
+        quota = save_project_quota(request.user, obj)
+        warn_if_oversubscribed(request, [quota.pool])
+        return quota
+
+    def service_delete(self, request, obj: ProjectQuota) -> None:
+        services.quota_delete(
+            actor=request.user, project=obj.project, pool=obj.pool, resource=obj.resource
+        )
+
+    def changelist_view(self, request: HttpRequest, extra_context=None):
+        warn_about_quota_sync(request)
+        return super().changelist_view(request, extra_context)
 
     def get_queryset(self, request):
         return with_usable_amounts(super().get_queryset(request))
@@ -248,13 +354,26 @@ class DepartmentQuotaForm(forms.ModelForm):
             "limit": "Upper bound on the sum of the department's projects' guaranteed quota.",
         }
 
+    def _post_clean(self) -> None:
+        super()._post_clean()
+        if not self.errors:
+            add_service_errors(self, services.department_quota_conflicts(self.instance))
+
 
 @admin.register(DepartmentQuota)
-class DepartmentQuotaAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
+class DepartmentQuotaAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
     form = DepartmentQuotaForm
     list_display = ("department", "pool", "resource", "limit", "held", "status")
     list_filter = ("pool", "department")
     list_select_related = ("department", "pool")
+
+    def service_save(self, request, obj: DepartmentQuota, form, change: bool) -> DepartmentQuota:
+        return save_department_quota(request.user, obj)
+
+    def service_delete(self, request, obj: DepartmentQuota) -> None:
+        services.department_quota_delete(
+            actor=request.user, department=obj.department, pool=obj.pool, resource=obj.resource
+        )
 
     def get_queryset(self, request):
         held = Subquery(
@@ -282,14 +401,104 @@ class DepartmentQuotaAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(PriorityClass)
-class PriorityClassAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
+class PriorityClassAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
     """The three classes exist on every install (data migration); admins tune, never remove."""
 
     list_display = ("name", "value", "preemptible", "description")
     readonly_fields = ("name",)
+
+    def service_save(self, request, obj: PriorityClass, form, change: bool) -> PriorityClass:
+        return services.priority_class_update(
+            actor=request.user,
+            priority=obj,
+            **{name: getattr(obj, name) for name in services.PRIORITY_FIELDS},
+        )
+
+    def service_delete(self, request, obj: PriorityClass) -> None:
+        raise PermissionDenied("Priority classes are tuned, never removed.")
 
     def has_add_permission(self, request) -> bool:
         return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(QuotaSyncStatus)
+class QuotaSyncStatusAdmin(admin.ModelAdmin):
+    """What the last quota sync did, and the way to confirm deletions it refused."""
+
+    list_display = ("outcome", "finished_at", "applied", "unchanged", "deleted", "message")
+    readonly_fields = (
+        "outcome",
+        "started_at",
+        "finished_at",
+        "applied",
+        "unchanged",
+        "deleted",
+        "message",
+        "refused_deletions",
+    )
+    actions = ("run_sync_now", "confirm_refused_deletions")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.action(description="Run the quota sync now")
+    def run_sync_now(self, request: HttpRequest, queryset) -> None:
+        enqueue_quota_sync()
+        self.message_user(request, "A quota sync was queued; reload this page to see its outcome.")
+
+    @admin.action(description="Run the quota sync now and delete the objects it refused to delete")
+    def confirm_refused_deletions(self, request: HttpRequest, queryset) -> None:
+        refused = [name for status in queryset for name in status.refused_deletions]
+        if not refused:
+            self.message_user(request, "The last sync refused no deletions.", messages.INFO)
+            return
+        services.audit.info(
+            "quota_sync_confirm_deletions actor=%s objects=%s",
+            request.user.get_username(),
+            refused,
+        )
+        enqueue_quota_sync(confirmed_deletions=refused)
+        self.message_user(
+            request,
+            f"A quota sync was queued that may delete these {len(refused)} objects (and no "
+            f"others beyond the usual limit): {', '.join(refused)}.",
+            messages.WARNING,
+        )
+
+
+@admin.register(OrphanedNamespace)
+class OrphanedNamespaceAdmin(admin.ModelAdmin):
+    """Namespaces whose project is gone. The sync only marks them; deleting one (with everything
+    in it) is a person's decision, taken here or with kubectl."""
+
+    list_display = ("namespace", "project_slug", "marked_at", "last_seen_at")
+    readonly_fields = ("namespace", "project_slug", "marked_at", "last_seen_at")
+    actions = ("delete_in_cluster",)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.action(description="Delete these namespaces in the cluster, with everything in them")
+    def delete_in_cluster(self, request: HttpRequest, queryset) -> None:
+        for orphan in queryset:
+            try:
+                delete_orphaned_namespace(actor=request.user, namespace=orphan.namespace)
+            except Exception as exc:  # shown to the admin; one failure does not stop the rest
+                self.message_user(request, f"{orphan.namespace}: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"Namespace {orphan.namespace} is being deleted.")

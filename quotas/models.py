@@ -1,7 +1,8 @@
 """GPU pools, quotas per project and department, and priority classes.
 
-Models hold fields, constraints and validation (``clean``); the quota numbers themselves are
-computed in quotas.arithmetic and the MIG profile table lives in quotas.mig.
+Models hold fields, constraints and the validation of the row itself (``clean``); rules that read
+other rows (department caps, quotas using a pool's profiles) are in quotas.services. The quota
+numbers are computed in quotas.arithmetic and the MIG profile table lives in quotas.mig.
 """
 
 import re
@@ -9,7 +10,6 @@ import re
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
-from django.db.models import Sum
 
 from quotas import arithmetic, mig
 from tenants.models import Department, Project, dns1123_label_validator
@@ -162,37 +162,11 @@ class GpuPool(models.Model):
                     except ValueError as exc:
                         errors.setdefault("mig_profiles", []).append(str(exc))
                         break
-        if not errors and self.pk and profiles_ok:
-            errors.update(self._quotas_left_without_a_resource())
         if errors:
             raise ValidationError(errors)
         if profiles_ok:
             order = mig.profiles_for_model(self.gpu_model)
             self.mig_profiles = sorted(self.mig_profiles, key=order.index)
-
-    def _quotas_left_without_a_resource(self) -> dict[str, list[str]]:
-        """Existing quotas in MIG profiles this pool would stop offering."""
-        offered = set(self.resources)
-        in_use: dict[str, set[str]] = {}
-        for model, owner in (
-            (ProjectQuota, "project__slug"),
-            (DepartmentQuota, "department__slug"),
-        ):
-            rows = model.objects.filter(pool_id=self.pk).exclude(resource__in=offered)
-            for resource, owner_slug in rows.values_list("resource", owner):
-                in_use.setdefault(resource, set()).add(owner_slug)
-        if not in_use:
-            return {}
-        details = "; ".join(
-            f"{resource} (used by {', '.join(sorted(owners))})"
-            for resource, owners in sorted(in_use.items())
-        )
-        return {
-            "mig_profiles": [
-                f"Quotas still use profiles this change removes: {details}. "
-                "Remove those quotas first."
-            ]
-        }
 
 
 class ProjectQuota(models.Model):
@@ -220,43 +194,11 @@ class ProjectQuota(models.Model):
         return f"{self.project}/{self.pool}/{self.resource}: {self.nominal}"
 
     def clean(self) -> None:
-        errors: dict[str, list[str]] = {}
         pool = self.pool if self.pool_id else None
         if pool is not None and self.resource:
             error = resource_error(pool, self.resource)
             if error:
-                errors["resource"] = [error]
-        project = _related(self, "project")
-        if not errors and pool is not None and project is not None and self.nominal is not None:
-            error = self._department_cap_error(project, pool)
-            if error:
-                errors["nominal"] = [error]
-        if errors:
-            raise ValidationError(errors)
-
-    def _department_cap_error(self, project: Project, pool: "GpuPool") -> str | None:
-        cap = DepartmentQuota.objects.filter(
-            department_id=project.department_id, pool=pool, resource=self.resource
-        ).first()
-        if cap is None:
-            return None
-        others = (
-            ProjectQuota.objects.filter(
-                project__department_id=project.department_id, pool=pool, resource=self.resource
-            )
-            # A project not saved yet (admin add page with inline quotas) holds nothing yet.
-            .exclude(project_id=project.pk)
-            .aggregate(total=Sum("nominal"))["total"]
-            or 0
-        )
-        return arithmetic.cap_error_for_quota(
-            department=cap.department.slug,
-            pool=pool.slug,
-            resource=self.resource,
-            limit=cap.limit,
-            others_nominal=others,
-            nominal=self.nominal,
-        )
+                raise ValidationError({"resource": [error]})
 
 
 class DepartmentQuota(models.Model):
@@ -285,26 +227,9 @@ class DepartmentQuota(models.Model):
         error = resource_error(pool, self.resource)
         if error:
             raise ValidationError({"resource": [error]})
-        department = _related(self, "department")
-        if department is not None and department.pk and self.limit is not None:
-            held = (
-                ProjectQuota.objects.filter(
-                    project__department_id=department.pk, pool=pool, resource=self.resource
-                ).aggregate(total=Sum("nominal"))["total"]
-                or 0
-            )
-            error = arithmetic.cap_error_for_limit(
-                department=department.slug,
-                pool=pool.slug,
-                resource=self.resource,
-                limit=self.limit,
-                projects_nominal=held,
-            )
-            if error:
-                raise ValidationError({"limit": [error]})
 
 
-def _related(instance: models.Model, name: str) -> models.Model | None:
+def related_or_none(instance: models.Model, name: str) -> models.Model | None:
     """A foreign-key target even when it is not saved yet (an admin inline on an add page)."""
     field = instance._meta.get_field(name)
     if field.is_cached(instance):
@@ -354,3 +279,48 @@ class PriorityClass(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class SyncOutcome(models.TextChoices):
+    OK = "ok", "OK"
+    REFUSED = "refused", "Deletions refused"
+    ERRORS = "errors", "Errors"
+
+
+class QuotaSyncStatus(models.Model):
+    """What the last quota sync did (one row): shown to staff in the admin console, so a sync
+    that refused to delete or failed is visible without reading worker logs."""
+
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, choices=SyncOutcome.choices, default=SyncOutcome.OK)
+    applied = models.PositiveIntegerField(default=0)
+    unchanged = models.PositiveIntegerField(default=0)
+    deleted = models.PositiveIntegerField(default=0)
+    message = models.TextField(blank=True, help_text="Why deletions were refused, or the errors.")
+    refused_deletions = models.JSONField(
+        default=list, blank=True, help_text="Objects the sync would have deleted but did not."
+    )
+
+    class Meta:
+        verbose_name = "quota sync status"
+        verbose_name_plural = "quota sync status"
+
+    def __str__(self) -> str:
+        return f"last quota sync: {self.get_outcome_display()}"
+
+
+class OrphanedNamespace(models.Model):
+    """A portal namespace whose project is gone. The sync never deletes namespaces (they hold the
+    tenant's data and running pods); it marks them in the cluster and lists them here."""
+
+    namespace = models.CharField(max_length=63, unique=True)
+    project_slug = models.CharField(max_length=63, blank=True)
+    marked_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["namespace"]
+
+    def __str__(self) -> str:
+        return self.namespace

@@ -1,4 +1,9 @@
-"""Writes for pools and quotas. Staff only; every write validates with full_clean and logs.
+"""Writes for pools, quotas, department caps and priority classes, and the quota sync's records.
+
+Staff only; every write validates and logs. The rules that involve other rows (a department's
+cap, quotas that use a pool's MIG profiles) live here, not in model ``clean()``: models check
+only what the row itself knows. ``*_conflicts`` functions return those rules' errors without
+writing, so the admin's forms show them as field errors; the writes re-check them under locks.
 
 ``actor`` is the user doing the change, or None for the system itself (migrations, seeding).
 Validation errors are django ValidationErrors keyed by field, so the admin, the API and scripts
@@ -11,10 +16,22 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
 
-from quotas.models import FULL_GPU, DepartmentQuota, GpuPool, ProjectQuota
+from quotas import arithmetic
+from quotas.models import (
+    FULL_GPU,
+    DepartmentQuota,
+    GpuPool,
+    OrphanedNamespace,
+    PriorityClass,
+    ProjectQuota,
+    QuotaSyncStatus,
+    related_or_none,
+)
 from tenants.models import Department, Project
 
 audit = logging.getLogger("portal.audit")
@@ -29,6 +46,108 @@ POOL_FIELDS = (
     "default_cpu",
     "default_memory",
 )
+
+
+def _raise(errors: Mapping[str, list[str]]) -> None:
+    if errors:
+        raise ValidationError(dict(errors))
+
+
+def pool_conflicts(pool: GpuPool) -> dict[str, list[str]]:
+    """Existing quotas in MIG profiles a changed pool would stop offering (field errors)."""
+    if pool.pk is None:
+        return {}
+    offered = set(pool.resources)
+    in_use: dict[str, set[str]] = {}
+    for model, owner in (
+        (ProjectQuota, "project__slug"),
+        (DepartmentQuota, "department__slug"),
+    ):
+        rows = model.objects.filter(pool_id=pool.pk).exclude(resource__in=offered)
+        for resource, owner_slug in rows.values_list("resource", owner):
+            in_use.setdefault(resource, set()).add(owner_slug)
+    if not in_use:
+        return {}
+    details = "; ".join(
+        f"{resource} (used by {', '.join(sorted(owners))})"
+        for resource, owners in sorted(in_use.items())
+    )
+    return {
+        "mig_profiles": [
+            f"Quotas still use profiles this change removes: {details}. Remove those quotas first."
+        ]
+    }
+
+
+def project_quota_conflicts(quota: ProjectQuota) -> dict[str, list[str]]:
+    """The department cap this quota would break, as a field error on ``nominal``.
+
+    Works for a project not saved yet (an admin add page with inline quotas): it holds nothing.
+    """
+    project = related_or_none(quota, "project")
+    pool = related_or_none(quota, "pool")
+    if project is None or pool is None or quota.nominal is None or not quota.resource:
+        return {}
+    error = department_cap_error(
+        department_id=project.department_id,
+        pool=pool,
+        resource=quota.resource,
+        nominal=quota.nominal,
+        exclude_project_id=project.pk,
+    )
+    return {"nominal": [error]} if error else {}
+
+
+def department_cap_error(
+    *, department_id: int, pool: GpuPool, resource: str, nominal: int, exclude_project_id
+) -> str | None:
+    """Why a project of the department may not hold ``nominal`` of ``resource`` in ``pool``
+    next to its department's other projects (quotas.arithmetic words it), or None."""
+    cap = (
+        DepartmentQuota.objects.filter(department_id=department_id, pool=pool, resource=resource)
+        .select_related("department")
+        .first()
+    )
+    if cap is None:
+        return None
+    others = (
+        ProjectQuota.objects.filter(
+            project__department_id=department_id, pool=pool, resource=resource
+        )
+        .exclude(project_id=exclude_project_id)
+        .aggregate(total=Sum("nominal"))["total"]
+        or 0
+    )
+    return arithmetic.cap_error_for_quota(
+        department=cap.department.slug,
+        pool=pool.slug,
+        resource=resource,
+        limit=cap.limit,
+        others_nominal=others,
+        nominal=nominal,
+    )
+
+
+def department_quota_conflicts(cap: DepartmentQuota) -> dict[str, list[str]]:
+    """A cap below what the department's projects already hold, as a field error on ``limit``."""
+    department = related_or_none(cap, "department")
+    pool = related_or_none(cap, "pool")
+    if department is None or department.pk is None or pool is None or cap.limit is None:
+        return {}
+    held = (
+        ProjectQuota.objects.filter(
+            project__department_id=department.pk, pool=pool, resource=cap.resource
+        ).aggregate(total=Sum("nominal"))["total"]
+        or 0
+    )
+    error = arithmetic.cap_error_for_limit(
+        department=department.slug,
+        pool=pool.slug,
+        resource=cap.resource,
+        limit=cap.limit,
+        projects_nominal=held,
+    )
+    return {"limit": [error]} if error else {}
 
 
 def _actor_name(actor: Any) -> str:
@@ -68,6 +187,7 @@ def pool_create(
         default_memory=default_memory,
     )
     pool.full_clean()
+    _raise(pool_conflicts(pool))
     pool.save()
     audit.info("pool_create actor=%s pool=%s model=%s", _actor_name(actor), slug, pool.gpu_model)
     return pool
@@ -84,6 +204,7 @@ def pool_update(*, actor: Any, pool: GpuPool, **changes: Any) -> GpuPool:
     for name, value in changes.items():
         setattr(pool, name, value)
     pool.full_clean()
+    _raise(pool_conflicts(pool))
     pool.save()
     audit.info("pool_update actor=%s pool=%s fields=%s", _actor_name(actor), pool.slug, changes)
     return pool
@@ -119,6 +240,7 @@ def quota_set(
     quota.nominal = nominal
     quota.borrowing_limit = borrowing_limit
     quota.full_clean()
+    _raise(project_quota_conflicts(quota))
     quota.save()
     audit.info(
         "quota_set actor=%s project=%s pool=%s resource=%s nominal=%s borrowing_limit=%s",
@@ -161,6 +283,7 @@ def department_quota_set(
     ) or DepartmentQuota(department=department, pool=pool, resource=resource)
     cap.limit = limit
     cap.full_clean()
+    _raise(department_quota_conflicts(cap))
     cap.save()
     audit.info(
         "department_quota_set actor=%s department=%s pool=%s resource=%s limit=%s",
@@ -191,3 +314,135 @@ def department_quota_delete(
             resource,
         )
     return bool(deleted)
+
+
+@transaction.atomic
+def pool_delete(*, actor: Any, pool: GpuPool) -> None:
+    """Remove a pool with its quotas and caps (the next quota sync removes its flavor)."""
+    _require_staff(actor, "delete GPU pools")
+    slug = pool.slug
+    GpuPool.objects.filter(pk=pool.pk).delete()
+    audit.info("pool_delete actor=%s pool=%s", _actor_name(actor), slug)
+
+
+PRIORITY_FIELDS = ("value", "preemptible", "description")
+
+
+@transaction.atomic
+def priority_class_update(*, actor: Any, priority: PriorityClass, **changes: Any) -> PriorityClass:
+    """Tune a priority class (see PRIORITY_FIELDS); the three classes are never added or removed."""
+    _require_staff(actor, "change priority classes")
+    unknown = sorted(set(changes) - set(PRIORITY_FIELDS))
+    if unknown:
+        raise TypeError(f"priority_class_update cannot change {', '.join(unknown)}")
+    priority = PriorityClass.objects.select_for_update().get(pk=priority.pk)
+    for name, value in changes.items():
+        setattr(priority, name, value)
+    priority.full_clean()
+    priority.save()
+    audit.info(
+        "priority_class_update actor=%s priority=%s fields=%s",
+        _actor_name(actor),
+        priority.name,
+        changes,
+    )
+    return priority
+
+
+# --- What the quota sync records for staff (written by quotas.sync only) -----------------------
+
+
+def quota_sync_status_record(
+    *,
+    started_at: Any,
+    outcome: str,
+    applied: int = 0,
+    unchanged: int = 0,
+    deleted: int = 0,
+    message: str = "",
+    refused_deletions: list[str] | None = None,
+) -> QuotaSyncStatus:
+    """Store the outcome of the sync that just ran (one row: the last sync)."""
+    status, _ = QuotaSyncStatus.objects.update_or_create(
+        pk=1,
+        defaults={
+            "started_at": started_at,
+            "finished_at": timezone.now(),
+            "outcome": outcome,
+            "applied": applied,
+            "unchanged": unchanged,
+            "deleted": deleted,
+            "message": message,
+            "refused_deletions": list(refused_deletions or []),
+        },
+    )
+    return status
+
+
+def orphaned_namespaces_set(namespaces: Mapping[str, str]) -> None:
+    """Make the list of orphaned namespaces what the sync just saw (namespace → project slug):
+    new ones are added, ones taken back by a project or deleted by hand are dropped."""
+    with transaction.atomic():
+        OrphanedNamespace.objects.exclude(namespace__in=list(namespaces)).delete()
+        known = set(
+            OrphanedNamespace.objects.filter(namespace__in=list(namespaces)).values_list(
+                "namespace", flat=True
+            )
+        )
+        for namespace, project_slug in namespaces.items():
+            if namespace not in known:
+                OrphanedNamespace.objects.get_or_create(
+                    namespace=namespace, defaults={"project_slug": project_slug}
+                )
+                audit.info(
+                    "namespace_orphaned namespace=%s project=%s (kept, not deleted)",
+                    namespace,
+                    project_slug,
+                )
+        OrphanedNamespace.objects.filter(namespace__in=list(known)).update(
+            last_seen_at=timezone.now()
+        )
+
+
+def orphaned_namespaces_forget(namespace: str) -> None:
+    """Drop a namespace from the orphan list (it was deleted on a staff member's request)."""
+    OrphanedNamespace.objects.filter(namespace=namespace).delete()
+
+
+def department_move_errors(*, project: Project, department_id: int) -> list[str]:
+    """Caps of department ``department_id`` that ``project``'s quotas would break if it moved
+    there (empty when it is already there)."""
+    stored = Project.objects.filter(pk=project.pk).values_list("department_id", flat=True).first()
+    if stored is None or stored == department_id:
+        return []
+    errors = []
+    caps = DepartmentQuota.objects.filter(department_id=department_id).select_related(
+        "department", "pool"
+    )
+    for cap in caps:
+        mine = (
+            ProjectQuota.objects.filter(
+                project_id=project.pk, pool_id=cap.pool_id, resource=cap.resource
+            )
+            .values_list("nominal", flat=True)
+            .first()
+        )
+        if not mine:
+            continue
+        others = (
+            ProjectQuota.objects.filter(
+                project__department_id=department_id, pool_id=cap.pool_id, resource=cap.resource
+            ).aggregate(total=Sum("nominal"))["total"]
+            or 0
+        )
+        error = arithmetic.cap_error_for_quota(
+            department=cap.department.slug,
+            pool=cap.pool.slug,
+            resource=cap.resource,
+            limit=cap.limit,
+            others_nominal=others,
+            nominal=mine,
+        )
+        if error:
+            errors.append(f"Moving {project.slug} there would break a cap. {error}")
+    return errors

@@ -1,21 +1,50 @@
-"""Admin console for departments, projects (with inline members and quotas) and memberships."""
+"""Admin console for departments, projects (with inline members and quotas) and memberships.
+
+Every write goes through tenants.services and quotas.services (see quotas.admin_base), inline
+rows included; the forms show the services' cross-row rules as field errors.
+"""
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin
 from django.db.models import Count, Prefetch
 
 from quotas import arithmetic
+from quotas import services as quota_services
 from quotas.admin import (
     DepartmentQuotaForm,
     ProjectQuotaForm,
     quota_maximum,
+    save_department_quota,
+    save_project_quota,
+    warn_about_quota_sync,
     warn_if_oversubscribed,
     with_usable_amounts,
 )
+from quotas.admin_base import QuotaSyncOnChangeAdminMixin, ServiceModelAdmin, add_service_errors
 from quotas.models import DepartmentQuota, GpuPool, ProjectQuota
-from quotas.sync import QuotaSyncOnChangeAdminMixin
+from tenants import services
 from tenants.models import Department, Membership, Project
+
+
+def _write_inline_rows(formset, *, save_row, delete_row) -> None:
+    """Write an inline formset through services: deletions first (so a row can take the place
+    of a removed one), then new and changed rows. Records what the admin's history needs."""
+    formset.new_objects, formset.changed_objects, formset.deleted_objects = [], [], []
+    for form in formset.deleted_forms:
+        if form.instance.pk is not None:
+            delete_row(form.instance)
+            formset.deleted_objects.append(form.instance)
+    for form in formset.forms:
+        if form in formset.deleted_forms or not form.has_changed():
+            continue
+        is_new = form.instance.pk is None
+        saved = save_row(form.instance)
+        if is_new:
+            formset.new_objects.append(saved)
+        else:
+            formset.changed_objects.append((saved, form.changed_data))
 
 
 class DepartmentQuotaInline(admin.TabularInline):
@@ -27,10 +56,39 @@ class DepartmentQuotaInline(admin.TabularInline):
 
 
 @admin.register(Department)
-class DepartmentAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
+class DepartmentAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
     list_display = ("slug", "name", "project_count", "caps")
     search_fields = ("slug", "name")
     inlines = (DepartmentQuotaInline,)
+
+    def service_save(self, request, obj: Department, form, change: bool) -> Department:
+        if change:
+            return services.department_update(
+                actor=request.user,
+                department=obj,
+                **{name: getattr(obj, name) for name in services.DEPARTMENT_FIELDS},
+            )
+        return services.department_create(
+            actor=request.user, slug=obj.slug, name=obj.name, description=obj.description
+        )
+
+    def service_delete(self, request, obj: Department) -> None:
+        services.department_delete(actor=request.user, department=obj)
+
+    def save_formset(self, request, form, formset, change) -> None:
+        if formset.model is not DepartmentQuota:
+            raise TypeError(f"no service writes {formset.model.__name__} rows")
+        _write_inline_rows(
+            formset,
+            save_row=lambda cap: save_department_quota(request.user, cap),
+            delete_row=lambda cap: quota_services.department_quota_delete(
+                actor=request.user, department=cap.department, pool=cap.pool, resource=cap.resource
+            ),
+        )
+
+    def changelist_view(self, request, extra_context=None):
+        warn_about_quota_sync(request)
+        return super().changelist_view(request, extra_context)
 
     def get_queryset(self, request):
         return (
@@ -79,8 +137,20 @@ class ProjectQuotaInline(admin.TabularInline):
         return quota_maximum(quota)
 
 
+class ProjectForm(forms.ModelForm):
+    class Meta:
+        model = Project
+        fields = ("slug", "name", "department", "description", "default_gang_backend")
+
+    def _post_clean(self) -> None:
+        super()._post_clean()  # the row's own checks (slug)
+        if not self.has_error("department"):
+            add_service_errors(self, services.project_conflicts(self.instance))
+
+
 @admin.register(Project)
-class ProjectAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
+class ProjectAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
+    form = ProjectForm
     list_display = ("slug", "name", "department", "namespace", "member_count", "quota_summary")
     list_filter = ("department",)
     search_fields = ("slug", "name", "namespace")
@@ -100,6 +170,47 @@ class ProjectAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
                 Prefetch("quotas", queryset=ProjectQuota.objects.select_related("pool"))
             )
         )
+
+    def service_save(self, request, obj: Project, form, change: bool) -> Project:
+        if change:
+            return services.project_update(
+                actor=request.user,
+                project=obj,
+                **{name: getattr(obj, name) for name in services.PROJECT_FIELDS},
+            )
+        return services.project_create(
+            actor=request.user,
+            slug=obj.slug,
+            **{name: getattr(obj, name) for name in services.PROJECT_FIELDS},
+        )
+
+    def service_delete(self, request, obj: Project) -> None:
+        services.project_delete(actor=request.user, project=obj)
+
+    def save_formset(self, request, form, formset, change) -> None:
+        project = form.instance
+        if formset.model is ProjectQuota:
+            _write_inline_rows(
+                formset,
+                save_row=lambda quota: save_project_quota(request.user, quota),
+                delete_row=lambda quota: quota_services.quota_delete(
+                    actor=request.user, project=project, pool=quota.pool, resource=quota.resource
+                ),
+            )
+        elif formset.model is Membership:
+            _write_inline_rows(
+                formset,
+                save_row=lambda membership: _save_membership(request.user, project, membership),
+                delete_row=lambda membership: services.membership_remove(
+                    actor=request.user, membership=membership
+                ),
+            )
+        else:
+            raise TypeError(f"no service writes {formset.model.__name__} rows")
+
+    def changelist_view(self, request, extra_context=None):
+        warn_about_quota_sync(request)
+        return super().changelist_view(request, extra_context)
 
     def save_related(self, request, form, formsets, change) -> None:
         super().save_related(request, form, formsets, change)
@@ -129,10 +240,33 @@ class ProjectAdmin(QuotaSyncOnChangeAdminMixin, admin.ModelAdmin):
         )
 
 
+def _save_membership(actor, project: Project, membership: Membership) -> Membership:
+    """Add a member, change a role, or (the user was changed on a row) swap one member for
+    another, through the membership services (which keep the last-admin rule)."""
+    if membership.pk is None:
+        return services.membership_add(
+            actor=actor, project=project, user=membership.user, role=membership.role
+        )
+    stored = Membership.objects.select_related("user", "project").get(pk=membership.pk)
+    if (stored.user_id, stored.project_id) != (membership.user_id, project.pk):
+        added = services.membership_add(
+            actor=actor, project=project, user=membership.user, role=membership.role
+        )
+        services.membership_remove(actor=actor, membership=stored)
+        return added
+    return services.membership_change_role(actor=actor, membership=stored, role=membership.role)
+
+
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(ServiceModelAdmin):
     list_display = ("project", "user", "role", "created_at")
     list_filter = ("role", "project__department", "project")
     search_fields = ("user__username", "project__slug")
     list_select_related = ("project", "user")
     raw_id_fields = ("user",)
+
+    def service_save(self, request, obj: Membership, form, change: bool) -> Membership:
+        return _save_membership(request.user, obj.project, obj)
+
+    def service_delete(self, request, obj: Membership) -> None:
+        services.membership_remove(actor=request.user, membership=obj)

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
+from django.db.models.functions import Concat
 
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 NAMESPACE_PREFIX = "gp-"
@@ -58,7 +59,14 @@ class Project(models.Model):
     name = models.CharField(max_length=200)
     department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="projects")
     description = models.TextField(blank=True)
-    namespace = models.CharField(max_length=63, unique=True, editable=False)
+    # The namespace is a pure function of the slug (namespace_for_slug); the database computes
+    # the stored copy, so no code path can let them differ.
+    namespace = models.GeneratedField(
+        expression=Concat(models.Value(NAMESPACE_PREFIX), "slug"),
+        output_field=models.CharField(max_length=63),
+        db_persist=True,
+        db_index=True,  # unique already: the slug is, and the prefix is fixed
+    )
     default_gang_backend = models.CharField(
         max_length=16, choices=GangBackend.choices, default=GangBackend.KUEUE
     )
@@ -72,11 +80,6 @@ class Project(models.Model):
     def __str__(self) -> str:
         return self.slug
 
-    def save(self, *args, **kwargs) -> None:
-        # The namespace is a pure function of the slug; keep the stored copy (unique index) in step.
-        self.namespace = namespace_for_slug(self.slug)
-        super().save(*args, **kwargs)
-
     def clean(self) -> None:
         # A department's Volcano queue is named gp-dept-<department>, a project's gp-<project>;
         # this prefix would let a project's queue take a department's name.
@@ -87,55 +90,6 @@ class Project(models.Model):
                     "that prefix names the departments' queues in the cluster."
                 }
             )
-        if self.pk and self.department_id:
-            errors = self._department_cap_errors()
-            if errors:
-                raise ValidationError({"department": errors})
-
-    def _department_cap_errors(self) -> list[str]:
-        """Caps of the new department that this project's quotas would exceed if it moved."""
-        # Imported here: quotas depends on tenants, not the other way round.
-        from django.db.models import Sum
-
-        from quotas.arithmetic import cap_error_for_quota
-        from quotas.models import DepartmentQuota, ProjectQuota
-
-        stored = Project.objects.filter(pk=self.pk).values_list("department_id", flat=True).first()
-        if stored is None or stored == self.department_id:
-            return []
-        errors = []
-        caps = DepartmentQuota.objects.filter(department_id=self.department_id).select_related(
-            "department", "pool"
-        )
-        for cap in caps:
-            mine = (
-                ProjectQuota.objects.filter(
-                    project_id=self.pk, pool_id=cap.pool_id, resource=cap.resource
-                )
-                .values_list("nominal", flat=True)
-                .first()
-            )
-            if not mine:
-                continue
-            others = (
-                ProjectQuota.objects.filter(
-                    project__department_id=self.department_id,
-                    pool_id=cap.pool_id,
-                    resource=cap.resource,
-                ).aggregate(total=Sum("nominal"))["total"]
-                or 0
-            )
-            error = cap_error_for_quota(
-                department=cap.department.slug,
-                pool=cap.pool.slug,
-                resource=cap.resource,
-                limit=cap.limit,
-                others_nominal=others,
-                nominal=mine,
-            )
-            if error:
-                errors.append(f"Moving {self.slug} there would break a cap. {error}")
-        return errors
 
 
 class Role(models.TextChoices):

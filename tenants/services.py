@@ -1,8 +1,9 @@
-"""Writes for tenancy: project members and personal API tokens.
+"""Writes for tenancy: departments, projects, project members and personal API tokens.
 
 Every service takes the acting user as `actor=`, checks the role predicates itself (so the API,
-the HTML views and scripts share one rule) and logs an audit line. A project always keeps at
-least one admin: removing or demoting the last one is refused.
+the HTML views, the admin console and scripts share one rule) and logs an audit line. A project
+always keeps at least one admin: removing or demoting the last one is refused. Departments and
+projects are staff's (``actor=None`` is the system: migrations, seeding).
 """
 
 from __future__ import annotations
@@ -15,10 +16,137 @@ from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, Validat
 from django.db import IntegrityError, transaction
 from knox.models import AuthToken
 
-from tenants.models import Membership, Project, Role
+from quotas.services import department_move_errors
+from tenants.models import Department, GangBackend, Membership, Project, Role
 from tenants.permissions import can_manage_members, role_in
 
 audit = logging.getLogger("portal.audit")
+
+DEPARTMENT_FIELDS = ("name", "description")
+# The slug is fixed once a project exists: it names the namespace and the queues.
+PROJECT_FIELDS = ("name", "description", "department", "default_gang_backend")
+
+
+def _actor_name(actor: Any) -> str:
+    return "system" if actor is None else actor.get_username()
+
+
+def _require_staff(actor: Any, doing: str) -> None:
+    if actor is not None and not (actor.is_active and actor.is_staff):
+        raise PermissionDenied(f"Only staff can {doing}.")
+
+
+@transaction.atomic
+def department_create(*, actor: Any, slug: str, name: str, description: str = "") -> Department:
+    _require_staff(actor, "create departments")
+    department = Department(slug=slug, name=name, description=description)
+    department.full_clean()
+    department.save()
+    audit.info("department_create actor=%s department=%s", _actor_name(actor), slug)
+    return department
+
+
+@transaction.atomic
+def department_update(*, actor: Any, department: Department, **changes: Any) -> Department:
+    """Change some fields of a department (see DEPARTMENT_FIELDS)."""
+    _require_staff(actor, "change departments")
+    unknown = sorted(set(changes) - set(DEPARTMENT_FIELDS))
+    if unknown:
+        raise TypeError(f"department_update cannot change {', '.join(unknown)}")
+    department = Department.objects.select_for_update().get(pk=department.pk)
+    for name, value in changes.items():
+        setattr(department, name, value)
+    department.full_clean()
+    department.save()
+    audit.info(
+        "department_update actor=%s department=%s fields=%s",
+        _actor_name(actor),
+        department.slug,
+        changes,
+    )
+    return department
+
+
+@transaction.atomic
+def department_delete(*, actor: Any, department: Department) -> None:
+    """Delete a department without projects (its projects protect it: ProtectedError)."""
+    _require_staff(actor, "delete departments")
+    slug = department.slug
+    Department.objects.get(pk=department.pk).delete()
+    audit.info("department_delete actor=%s department=%s", _actor_name(actor), slug)
+
+
+def project_conflicts(project: Project) -> dict[str, list[str]]:
+    """Rules that involve other rows, as field errors: moving a project into a department whose
+    caps its quotas would break."""
+    if project.pk is None or project.department_id is None:
+        return {}
+    errors = department_move_errors(project=project, department_id=project.department_id)
+    return {"department": errors} if errors else {}
+
+
+@transaction.atomic
+def project_create(
+    *,
+    actor: Any,
+    slug: str,
+    name: str,
+    department: Department,
+    description: str = "",
+    default_gang_backend: str = GangBackend.KUEUE,
+) -> Project:
+    """Create a project; its namespace follows from the slug (the quota sync creates it)."""
+    _require_staff(actor, "create projects")
+    project = Project(
+        slug=slug,
+        name=name,
+        department=department,
+        description=description,
+        default_gang_backend=default_gang_backend,
+    )
+    project.full_clean()
+    project.save()
+    audit.info(
+        "project_create actor=%s project=%s department=%s",
+        _actor_name(actor),
+        slug,
+        department.slug,
+    )
+    return project
+
+
+@transaction.atomic
+def project_update(*, actor: Any, project: Project, **changes: Any) -> Project:
+    """Change some fields of a project (see PROJECT_FIELDS); a move to another department is
+    refused when the project's quotas would break that department's caps."""
+    _require_staff(actor, "change projects")
+    unknown = sorted(set(changes) - set(PROJECT_FIELDS))
+    if unknown:
+        raise TypeError(f"project_update cannot change {', '.join(unknown)}")
+    project = Project.objects.select_for_update().get(pk=project.pk)
+    for name, value in changes.items():
+        setattr(project, name, value)
+    project.full_clean()
+    errors = project_conflicts(project)
+    if errors:
+        raise ValidationError(errors)
+    project.save()
+    audit.info(
+        "project_update actor=%s project=%s fields=%s",
+        _actor_name(actor),
+        project.slug,
+        {k: str(v) for k, v in changes.items()},
+    )
+    return project
+
+
+@transaction.atomic
+def project_delete(*, actor: Any, project: Project) -> None:
+    """Delete a project (its jobs protect it). The quota sync keeps its namespace, marked."""
+    _require_staff(actor, "delete projects")
+    slug = project.slug
+    Project.objects.get(pk=project.pk).delete()
+    audit.info("project_delete actor=%s project=%s", _actor_name(actor), slug)
 
 
 def _require_member_manager(*, actor: Any, project: Project, doing: str) -> None:

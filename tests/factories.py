@@ -8,7 +8,8 @@ import factory
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
 
-from quotas.models import FULL_GPU, GpuPool, ProjectQuota
+from quotas.models import FULL_GPU, GpuPool, PriorityClass, ProjectQuota
+from quotas.priority_defaults import PRIORITY_CLASSES
 from tenants.models import Department, Membership, Project, Role
 
 TEST_PASSWORD = "correct-horse-battery-staple"
@@ -83,3 +84,17 @@ class ProjectQuotaFactory(factory.django.DjangoModelFactory):
     resource = FULL_GPU
     nominal = 4
     borrowing_limit = None
+
+
+def ensure_priority_classes() -> None:
+    """The default priority classes, with the values the seed migration gives every install
+    (transactional tests flush the tables, so they cannot rely on the migration's rows)."""
+    for default in PRIORITY_CLASSES:
+        PriorityClass.objects.get_or_create(
+            name=default.name,
+            defaults={
+                "value": default.value,
+                "preemptible": default.preemptible,
+                "description": default.description,
+            },
+        )

@@ -64,6 +64,19 @@ def _server_message(exc: ApiException) -> tuple[str, str]:
     return (message or exc.reason or f"HTTP {exc.status}", reason or str(exc.reason or ""))
 
 
+def _namespace_terminating(exc: ApiException, message: str) -> bool:
+    """Whether a 403 is kube-apiserver refusing new content in a terminating namespace (its
+    StatusCause NamespaceTerminating, or the message it always carries)."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    causes = ((body.get("details") or {}).get("causes") or []) if isinstance(body, dict) else []
+    if any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes):
+        return True
+    return "because it is being terminated" in message
+
+
 def classify(exc: BaseException) -> KubeError:
     if isinstance(exc, KubeError):
         return exc
@@ -72,6 +85,10 @@ def classify(exc: BaseException) -> KubeError:
         message, reason = _server_message(exc)
         if status == 0 or status in (409, 429) or status >= 500:
             return RetryableKubeError(message, status=status or None, reason=reason)
+        if status == 403 and _namespace_terminating(exc, message):
+            # The namespace is being deleted (e.g. staff removed an orphaned one and the project
+            # came back): once it is gone the quota sync re-creates it, so this is a wait.
+            return RetryableKubeError(message, status=status, reason="NamespaceTerminating")
         return PermanentKubeError(message, status=status, reason=reason)
     if isinstance(exc, urllib3.exceptions.HTTPError | OSError | TimeoutError):
         return RetryableKubeError(f"cannot reach the Kubernetes API: {exc}")
@@ -123,10 +140,15 @@ def _meta(obj: dict[str, Any]) -> tuple[str, str, str | None, str]:
     return obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"]
 
 
-def apply(obj: dict[str, Any], *, force: bool = True) -> dict[str, Any]:
-    """Server-side apply one object; returns the object as the server now holds it."""
+def apply(
+    obj: dict[str, Any], *, force: bool = True, field_manager: str = L.FIELD_MANAGER
+) -> dict[str, Any]:
+    """Server-side apply one object; returns the object as the server now holds it.
+
+    A separate ``field_manager`` owns only the fields it applies: applying an emptier object
+    under it later removes exactly those fields and leaves the portal's own alone."""
     api_version, kind, namespace, name = _meta(obj)
-    query = [("fieldManager", L.FIELD_MANAGER)]
+    query = [("fieldManager", field_manager)]
     if force:
         query.append(("force", "true"))
     return _call(

@@ -8,11 +8,8 @@ quota back. Admins may edit the values and descriptions; the migration only fill
 
 from django.db import migrations
 
-PRIORITY_CLASSES = [
-    ("high", 1000, False, "Deadline work; never preempted."),
-    ("normal", 100, True, "The default for interactive and training jobs."),
-    ("low", 10, True, "Opportunistic work that yields to everything else."),
-]
+# One set of values for the migration, the demo and the tests (a pure constants module).
+from quotas.priority_defaults import PRIORITY_CLASSES
 
 
 def create_priority_classes(apps, schema_editor):

@@ -20,6 +20,7 @@ from django.db import transaction
 
 from quotas import services as quota_services
 from quotas.models import GPU_PRODUCT_LABEL, DepartmentQuota, GpuPool, ProjectQuota
+from tenants import services as tenant_services
 from tenants.models import Department, Membership, Project, Role
 
 SUPERUSER = ("admin", "admin-demo-password")
@@ -96,22 +97,27 @@ def seed_demo_org() -> SeedResult:
 
     departments = {}
     for slug, name, description in DEPARTMENTS:
-        departments[slug], created = Department.objects.get_or_create(
-            slug=slug, defaults={"name": name, "description": description}
-        )
-        result.count("departments", created)
+        department = Department.objects.filter(slug=slug).first()
+        result.count("departments", department is None)
+        if department is None:
+            department = tenant_services.department_create(
+                actor=admin, slug=slug, name=name, description=description
+            )
+        departments[slug] = department
 
     projects = {}
     for slug, name, department, description in PROJECTS:
-        projects[slug], created = Project.objects.get_or_create(
-            slug=slug,
-            defaults={
-                "name": name,
-                "department": departments[department],
-                "description": description,
-            },
-        )
-        result.count("projects", created)
+        project = Project.objects.filter(slug=slug).first()
+        result.count("projects", project is None)
+        if project is None:
+            project = tenant_services.project_create(
+                actor=admin,
+                slug=slug,
+                name=name,
+                department=departments[department],
+                description=description,
+            )
+        projects[slug] = project
 
     pools = {}
     for slug, name, model, nodes, per_node, profiles in POOLS:
@@ -166,9 +172,9 @@ def seed_demo_org() -> SeedResult:
             result.count("users", user is None)
             if user is None:
                 user = User.objects.create_user(username, f"{username}@example.com", USER_PASSWORD)
-            _, created = Membership.objects.get_or_create(
-                user=user, project=project, defaults={"role": role}
-            )
-            result.count("memberships", created)
+            exists = Membership.objects.filter(user=user, project=project).exists()
+            if not exists:
+                tenant_services.membership_add(actor=admin, project=project, user=user, role=role)
+            result.count("memberships", not exists)
             result.logins.append((username, USER_PASSWORD, f"{role} of project {slug}"))
     return result

@@ -167,7 +167,6 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 def e2e_org(worker_factory):
     """Two departments, projects alpha (member bob) and beta (outsider oscar), an H100 pool with
     MIG, priorities; the quota objects are synced into kubesim by the worker."""
-    from quotas.models import PriorityClass
     from tests.factories import (
         DepartmentFactory,
         GpuPoolFactory,
@@ -175,6 +174,7 @@ def e2e_org(worker_factory):
         ProjectFactory,
         ProjectQuotaFactory,
         UserFactory,
+        ensure_priority_classes,
     )
 
     research = DepartmentFactory(slug="research", name="Research")
@@ -191,14 +191,7 @@ def e2e_org(worker_factory):
     ProjectQuotaFactory(project=alpha, pool=pool, resource="gpu", nominal=16)
     ProjectQuotaFactory(project=alpha, pool=pool, resource="1g.10gb", nominal=4)
     ProjectQuotaFactory(project=beta, pool=pool, resource="gpu", nominal=4)
-    for name, value, preemptible in (
-        ("high", 1000, False),
-        ("normal", 500, True),
-        ("low", 100, True),
-    ):
-        PriorityClass.objects.update_or_create(
-            name=name, defaults={"value": value, "preemptible": preemptible}
-        )
+    ensure_priority_classes()
     bob = UserFactory(username="bob")
     oscar = UserFactory(username="oscar")
     MembershipFactory(user=bob, project=alpha, role="member")

@@ -213,8 +213,8 @@ def test_another_projects_user_gets_404(e2e_org, worker_factory):
 def test_every_admin_page_that_feeds_quota_objects_syncs_the_cluster():
     from django.contrib import admin
 
+    from quotas.admin_base import QuotaSyncOnChangeAdminMixin
     from quotas.models import DepartmentQuota, GpuPool, PriorityClass, ProjectQuota
-    from quotas.sync import QuotaSyncOnChangeAdminMixin
     from tenants.models import Department, Project
 
     for model in (Department, Project, GpuPool, ProjectQuota, DepartmentQuota, PriorityClass):

@@ -64,6 +64,17 @@ def test_classification():
     assert err.status == 422
     assert err.message == 'Job.batch "x" is invalid: spec.foo: Invalid value'
     assert isinstance(classify(api_error(403)), PermanentKubeError)
+    # A terminating namespace refuses new content with 403: a wait, not a rejection.
+    terminating = classify(
+        api_error(
+            403,
+            'jobs.batch "gp-job-1" is forbidden: unable to create new content in namespace '
+            "gp-vision because it is being terminated",
+            reason="Forbidden",
+        )
+    )
+    assert isinstance(terminating, RetryableKubeError)
+    assert terminating.status == 403
     conn = urllib3.exceptions.MaxRetryError(None, "/", "refused")
     assert isinstance(classify(conn), RetryableKubeError)
     assert isinstance(classify(ConnectionRefusedError()), RetryableKubeError)

@@ -5,7 +5,7 @@ import pytest
 
 from kubesim.testing import KubesimProcess
 from tests.jobs.test_manifests import spec
-from tests.jobs.test_quota_manifests import MODEL
+from tests.quotas.test_quota_manifests import MODEL
 
 pytestmark = pytest.mark.kubesim
 
@@ -49,16 +49,3 @@ def test_quota_and_job_manifests_pass_the_crd_schemas(kube):
     for obj in build_job_manifests(spec(job_id=3, kind="gang", replicas=4, gpus=8)):
         kube.apply(obj)
     assert len(kube.list_owned("batch/v1", "Job", namespace="gp-alpha")) == 4
-
-
-def test_the_schemas_are_enforced(kube):
-    from portal.kube.apply import PermanentKubeError
-    from quotas.manifests import cluster_queue
-
-    cq = cluster_queue(MODEL.projects[0], MODEL.pools, MODEL.priorities)
-    cq["metadata"]["name"] = "broken"
-    cq["spec"]["preemption"]["withinClusterQueue"] = "Sometimes"
-    with pytest.raises(PermanentKubeError) as info:
-        kube.apply(cq)
-    assert info.value.status == 422
-    assert "withinClusterQueue" in info.value.message

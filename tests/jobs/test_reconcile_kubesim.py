@@ -22,7 +22,6 @@ def cluster(tmp_path_factory):
 def org(cluster, settings, db):
     """A department with two projects, an H100 pool, priorities, and quotas synced in."""
     from portal.kube.client import reset_api_client
-    from quotas.models import PriorityClass
     from quotas.sync import sync_quota_objects
     from tests.factories import (
         DepartmentFactory,
@@ -31,6 +30,7 @@ def org(cluster, settings, db):
         ProjectFactory,
         ProjectQuotaFactory,
         UserFactory,
+        ensure_priority_classes,
     )
 
     settings.KUBECONFIG = str(cluster.kubeconfig)
@@ -47,14 +47,7 @@ def org(cluster, settings, db):
     )
     ProjectQuotaFactory(project=project, pool=pool, resource="gpu", nominal=16)
     ProjectQuotaFactory(project=project, pool=pool, resource="1g.10gb", nominal=4)
-    for name, value, preemptible in (
-        ("high", 1000, False),
-        ("normal", 500, True),
-        ("low", 100, True),
-    ):
-        PriorityClass.objects.get_or_create(
-            name=name, defaults={"value": value, "preemptible": preemptible}
-        )
+    ensure_priority_classes()
     user = UserFactory(username=f"u-{project.slug}")
     MembershipFactory(user=user, project=project, role="member")
     report = sync_quota_objects()
@@ -203,51 +196,6 @@ def test_a_rejected_manifest_marks_the_job_failed_with_the_servers_message(org):
     assert stored.state == "failed"
     assert stored.state_reason == "Rejected"
     assert "is invalid" in stored.state_message or "quantities" in stored.state_message
-
-
-def test_quota_edit_and_delete_touch_only_owned_objects(org):
-    from portal.kube import apply as kube
-    from quotas.models import ProjectQuota
-    from quotas.sync import sync_quota_objects
-
-    project = org["project"]
-    name = f"gp-{project.slug}"
-    # An object the portal does not own, in the way of nothing.
-    kube.apply(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": "someone-elses"},
-            "spec": {"namespaceSelector": {}},
-        }
-    )
-    # Nothing changed: the resync only lists, it applies nothing.
-    again = sync_quota_objects()
-    assert (again.applied, again.deleted, again.errors) == (0, 0, [])
-    assert again.unchanged > 0
-    ProjectQuota.objects.filter(project=project, resource="gpu").update(nominal=12)
-    changed = sync_quota_objects()
-    # The ClusterQueue, the project's and department's Volcano queues, the ResourceQuota.
-    assert changed.applied == 4, changed
-    cq = kube.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", name)
-    gpu = next(
-        r
-        for r in cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
-        if r["name"] == "nvidia.com/gpu"
-    )
-    assert gpu["nominalQuota"] == 12
-    queue = kube.get("scheduling.volcano.sh/v1beta1", "Queue", name)
-    assert queue["spec"]["deserved"]["nvidia.com/gpu"] == "12"
-    # Removing the project's jobs' protection is not needed: a project without jobs is removable.
-    from jobs.models import Job
-
-    Job.objects.filter(project=project).delete()
-    project.delete()
-    report = sync_quota_objects()
-    assert report.deleted >= 3
-    assert kube.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", name) is None
-    assert kube.get("scheduling.volcano.sh/v1beta1", "Queue", name) is None
-    assert kube.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", "someone-elses") is not None
 
 
 def test_a_failing_container_fails_the_job_with_its_exit_code(org):

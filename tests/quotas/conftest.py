@@ -1,4 +1,4 @@
-"""Fixtures for the quota tests: a small organisation built through the quota services."""
+"""Fixtures for the quota tests: a small organisation built through the services."""
 
 from __future__ import annotations
 
@@ -11,13 +11,17 @@ import pytest
 def org(db):
     """Two departments, three projects, an H100 pool with MIG and an A100 pool without."""
     from quotas import services
-    from tenants.models import Department, Project
+    from tenants import services as tenant_services
 
-    research = Department.objects.create(slug="research", name="Research")
-    platform = Department.objects.create(slug="platform", name="Platform")
-    vision = Project.objects.create(slug="vision", name="Vision", department=research)
-    nlp = Project.objects.create(slug="nlp", name="NLP", department=research)
-    infra = Project.objects.create(slug="infra", name="Infra", department=platform)
+    research = tenant_services.department_create(actor=None, slug="research", name="Research")
+    platform = tenant_services.department_create(actor=None, slug="platform", name="Platform")
+    vision = tenant_services.project_create(
+        actor=None, slug="vision", name="Vision", department=research
+    )
+    nlp = tenant_services.project_create(actor=None, slug="nlp", name="NLP", department=research)
+    infra = tenant_services.project_create(
+        actor=None, slug="infra", name="Infra", department=platform
+    )
     h100 = services.pool_create(
         actor=None,
         slug="h100",

@@ -1,6 +1,7 @@
 """quotas/manifests.py: the admin's model as Kueue and Volcano objects (pure)."""
 
 from quotas import manifests as qm
+from quotas.priority_defaults import PRIORITY_CLASSES, PRIORITY_VALUES
 
 H100 = qm.PoolSpec(
     slug="h100",
@@ -34,11 +35,8 @@ BETA = qm.ProjectSpec(
     department_slug="research",
     quotas=(qm.QuotaAmount("h100", "gpu", 4, 12),),
 )
-PRIORITIES = (
-    qm.PrioritySpec("high", 1000, False),
-    qm.PrioritySpec("normal", 500, True),
-    qm.PrioritySpec("low", 100, True),
-)
+# The values every install gets (the seed migration's), not a set of the tests' own.
+PRIORITIES = tuple(qm.PrioritySpec(p.name, p.value, p.preemptible) for p in PRIORITY_CLASSES)
 MODEL = qm.QuotaModel(
     pools=(H100, A100),
     departments=(qm.DepartmentSpec("research"),),
@@ -123,7 +121,10 @@ def test_preemption_follows_priority_classes():
     assert qm.preemption_policy(PRIORITIES) == {
         "withinClusterQueue": "LowerPriority",
         "reclaimWithinCohort": "Any",
-        "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 500},
+        "borrowWithinCohort": {
+            "policy": "LowerPriority",
+            "maxPriorityThreshold": PRIORITY_VALUES["normal"],
+        },
     }
     nobody = tuple(qm.PrioritySpec(p.name, p.value, False) for p in PRIORITIES)
     assert qm.preemption_policy(nobody) == {
