@@ -151,3 +151,40 @@ def test_random_event_sequences_never_leave_the_graph(make_job):
             suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
         ),
     )
+
+
+@pytest.mark.django_db
+def test_a_transition_from_a_state_the_job_has_left_changes_nothing_and_writes_no_event(make_job):
+    """A resync that read the job as Admitted cannot move it to Queued once a reconcile has
+    moved it on to Running: the UPDATE compares against what the caller saw."""
+    from jobs.models import Job
+    from jobs.services import StaleTransition, job_transition
+
+    job = make_job()
+    job_transition(job, expected_from="submitted", to="admitted", reason="Admitted", source="test")
+    snapshot = Job.objects.get(pk=job.pk)  # what the resync read
+    job_transition(job, expected_from="admitted", to="running", reason="PodsReady", source="test")
+    with pytest.raises(StaleTransition, match="is Running"):
+        job_transition(
+            snapshot, expected_from=snapshot.state, to="queued", reason="Pending", source="resync"
+        )
+    stored = Job.objects.get(pk=job.pk)
+    assert stored.state == "running"
+    assert list(stored.events.values_list("to_state", flat=True)) == ["admitted", "running"]
+
+
+@pytest.mark.django_db
+def test_expected_from_takes_the_state_member_too(make_job):
+    from jobs.services import job_transition
+    from jobs.states import JobState
+
+    job = make_job()
+    job_transition(
+        job,
+        expected_from=JobState.SUBMITTED,
+        to=JobState.QUEUED,
+        reason="Pending",
+        source="watcher",
+    )
+    assert job.state == "queued"
+    assert job.events.get().from_state == "submitted"
