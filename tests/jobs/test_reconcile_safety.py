@@ -189,7 +189,9 @@ def test_the_resync_sweeps_objects_of_cancelled_and_unknown_jobs_and_nothing_els
     assert JobEvent.objects.filter(job=cancelled, reason="OrphanDeleted").count() == 2
 
 
-def test_a_finished_jobs_objects_go_after_the_retention_with_its_last_log_lines_kept(org, settings):
+def test_a_finished_jobs_objects_go_after_the_retention_with_its_last_log_lines_kept(
+    org, settings, web_client_for
+):
     from jobs.models import Job, JobEvent
     from jobs.reconcile import resync_jobs
 
@@ -211,6 +213,9 @@ def test_a_finished_jobs_objects_go_after_the_retention_with_its_last_log_lines_
     assert "saved" in stored.logs_tail
     (event,) = JobEvent.objects.filter(job=job, reason="RetentionExpired")
     assert "retention" in event.message
+    page = web_client_for(org["user"]).get(f"/jobs/{job.pk}/")
+    assert "Last log lines" in page.content.decode()
+    assert "epoch 1 loss 0.9" in page.content.decode()
 
 
 def test_a_job_in_a_namespace_being_deleted_waits_instead_of_failing(org):
@@ -241,3 +246,14 @@ def test_a_job_in_a_namespace_being_deleted_waits_instead_of_failing(org):
     assert sync_quota_objects().errors == []
     assert job_reconcile(job_id=job.pk) == "applied"
     assert count_owned("Job", "batch/v1", ns, job.pk) == 1
+
+
+def test_healthz_deep_is_ok_when_the_cluster_serves_every_backend(org, client):
+    response = client.get("/healthz?deep=1")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    assert {name: b["installed"] for name, b in body["backends"].items()} == {
+        "kueue": True,
+        "volcano": True,
+    }
