@@ -71,9 +71,10 @@ def _served(api_version: str, max_age: float) -> frozenset[str] | None:
 def backend_status(backend: str, *, max_age: float = CACHE_SECONDS) -> BackendStatus:
     """Whether the cluster serves every resource the backend needs (max_age=0: ask now)."""
     label, needed = BACKEND_RESOURCES[backend]
+    served_by_version = {v: _served(v, max_age) for v in dict.fromkeys(v for v, _ in needed)}
     missing = []
     for api_version, resource in needed:
-        served = _served(api_version, max_age)
+        served = served_by_version[api_version]
         if served is None or resource not in served:
             missing.append(f"{api_version} {resource}")
     return BackendStatus(backend=backend, label=label, missing=tuple(missing))
