@@ -31,7 +31,7 @@ def advisory_lock_waiters() -> int:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("path", ["first-apply", "recreate"])
-def test_a_cancel_racing_an_apply_leaves_no_job_in_the_cluster(org, monkeypatch, path):
+def test_a_cancel_racing_an_apply_leaves_no_job_in_the_cluster(org, monkeypatch, settings, path):
     """Reconcile A is inside its apply when the user cancels and reconcile B (the cancel's)
     runs; whatever the order, once both are done the cancelled job has nothing in the cluster.
 
@@ -48,6 +48,7 @@ def test_a_cancel_racing_an_apply_leaves_no_job_in_the_cluster(org, monkeypatch,
     from portal.kube import apply as kube
 
     ns = org["project"].namespace
+    settings.PORTAL_JOB_LOCK_WAIT_SECONDS = 120  # B waits for A however loaded the machine is
     job = submit(org, kind="single", gpus=1, command=["sleep", "3600"])
     if path == "recreate":
         assert job_reconcile(job_id=job.pk) == "applied"
