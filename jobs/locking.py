@@ -56,11 +56,12 @@ def job_lock(job_id: int, *, wait: float | None = None) -> Iterator[None]:
 @contextmanager
 def _pg_lock(key: int, wait: float) -> Iterator[None]:
     with connection.cursor() as cursor:
-        if wait <= 0:
-            cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-            if not cursor.fetchone()[0]:
-                raise JobBusy(f"advisory lock {key} is held")
-        else:
+        # Uncontended (the common case): one round trip.
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        granted = cursor.fetchone()[0]
+        if not granted and wait <= 0:
+            raise JobBusy(f"advisory lock {key} is held")
+        if not granted:
             try:
                 # A savepoint, so a timeout never poisons a surrounding transaction.
                 with transaction.atomic():
