@@ -41,7 +41,12 @@ from jobs.states import JobState, can_transition
 from jobs.status import ClusterSnapshot, StatusReading, map_cluster_status
 from portal.kube import apply as kube
 from portal.kube import discovery
-from portal.kube.apply import PermanentKubeError, ResourceNotServed, RetryableKubeError
+from portal.kube.apply import (
+    KubeError,
+    PermanentKubeError,
+    ResourceNotServed,
+    RetryableKubeError,
+)
 from portal.kube.labels import JOB_ID_KEY, is_managed
 from tenants.models import Project
 
@@ -128,8 +133,18 @@ def delete_job_objects(job: Job) -> int:
 
 
 def _save_logs(job: Job) -> None:
-    """Keep the last lines of the job's pods' logs (failed pods first) on the Job row."""
+    """Keep the last lines of the job's pods' logs (failed pods first) on the Job row.
+
+    Raises RetryableKubeError when the cluster cannot be read now; a refusal (e.g. no RBAC for
+    pods/log) keeps no logs rather than keeping the objects forever."""
     ns = job.project.namespace
+    try:
+        _save_logs_of(job, ns)
+    except PermanentKubeError as exc:
+        log.warning("job %s: cannot read its pods' logs: %s", job.pk, exc.message)
+
+
+def _save_logs_of(job: Job, ns: str) -> None:
     pods = kube.list_objects("v1", "Pod", namespace=ns, label_selector=job_selector(job.pk))
     pods.sort(
         key=lambda p: (
@@ -445,7 +460,7 @@ def sweep_cluster_objects() -> dict[str, int]:
             objects = kube.list_owned(api_version, kind, selector=JOB_ID_KEY)
         except ResourceNotServed:
             continue  # that backend is not installed: nothing of it to sweep
-        except RetryableKubeError as exc:
+        except KubeError as exc:
             log.warning("sweep: cannot list %s %s: %s", api_version, kind, exc)
             counts["sweep_skipped"] += 1
             continue
@@ -483,6 +498,8 @@ def sweep_cluster_objects() -> dict[str, int]:
                 continue
             counts["swept"] += _delete_unknown(job_id, namespace, objects)
             continue
+        if job.state == JobState.CANCELLED and job.cleanup_pending:
+            continue  # its reconcile is deleting them (the resync enqueued it above)
         if job.state == JobState.CANCELLED:
             why = "the job was cancelled"
         elif job.is_terminal and job.state_changed_at <= cutoff:
@@ -494,8 +511,8 @@ def sweep_cluster_objects() -> dict[str, int]:
                 if job.state != JobState.CANCELLED and not job.logs_tail:
                     _save_logs(job)
                 counts["swept"] += _delete_for(job, objects, why)
-        except (JobBusy, RetryableKubeError) as exc:
-            log.info("sweep: job %s skipped this round: %s", job.pk, exc)
+        except (JobBusy, KubeError) as exc:
+            log.warning("sweep: job %s skipped this round: %s", job.pk, exc)
             counts["sweep_skipped"] += 1
     return counts
 
@@ -512,7 +529,7 @@ def _delete_unknown(job_id: int, namespace: str, objects: list[dict[str, Any]]) 
                     namespace,
                     job_id,
                 )
-        except RetryableKubeError as exc:
+        except KubeError as exc:
             log.warning("sweep: could not delete %s in %s: %s", _describe(obj), namespace, exc)
     return deleted
 
