@@ -11,6 +11,7 @@ from rest_framework.response import Response
 
 from jobs.filters import JobFilter
 from jobs.models import Job, JobEvent, JobKind
+from jobs.render import manifests_yaml
 from jobs.selectors import job_manifests
 from jobs.services import InvalidTransition, job_cancel, job_submit
 from jobs.states import JobState
@@ -124,10 +125,6 @@ class YamlRenderer(BaseRenderer):
         if isinstance(data, str):
             return data.encode()
         return yaml.safe_dump(data, sort_keys=False).encode()
-
-
-def manifests_yaml(manifests: list[dict]) -> str:
-    return yaml.safe_dump_all(manifests, sort_keys=False)
 
 
 class JobViewSet(

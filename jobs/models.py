@@ -59,6 +59,8 @@ class Job(models.Model):
     # Set by cancel until the cluster objects are confirmed gone (the resync retries it).
     cleanup_pending = models.BooleanField(default=False)
     last_reconciled_at = models.DateTimeField(null=True, blank=True)
+    # The last log lines of the job's pods, kept when its finished cluster objects are removed.
+    logs_tail = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -97,7 +99,8 @@ class Job(models.Model):
 
 
 class JobEvent(models.Model):
-    """One state change of a job: written by jobs.services.job_transition only."""
+    """One state change of a job (jobs.services.job_transition), or a note about it with from and
+    to equal (cluster objects removed, an apply blocked): written by jobs.services only."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -1,30 +1,83 @@
 """Make the cluster match one job, then read back what the cluster says about it.
 
 Level-triggered and idempotent: everything is derived from the Job row each time. Objects are
-created by server-side apply under fixed names, so a second run (or two workers at once) changes
-nothing. Drift policy: an object deleted by hand before the job started is recreated; one
+created by server-side apply under fixed names, so a second run changes nothing. Each job is
+reconciled by one worker at a time (jobs.locking, held across read → apply → record), and its
+state is read again after every apply: a job cancelled meanwhile has what was just applied
+deleted at once. Drift policy: an object deleted by hand before the job started is recreated; one
 deleted after the job was admitted or running marks the job Failed ("ObjectDeleted"), because
 recreating it would silently restart a training run from scratch.
+
+The periodic resync also sweeps the cluster: an object carrying the portal's labels whose job is
+cancelled or unknown is deleted, and a finished job's objects are removed once the retention
+(PORTAL_JOB_RETENTION_SECONDS) has passed and its last log lines are kept.
 """
 
 import logging
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
+from django.db.models import Max
 from django.utils import timezone
 
+from jobs.locking import JobBusy, job_lock
 from jobs.manifests import job_selector, object_name, primary_manifest
 from jobs.models import Job
 from jobs.selectors import job_manifests, jobs_to_resync
-from jobs.services import InvalidTransition, job_note_status, job_transition
+from jobs.services import (
+    InvalidTransition,
+    job_explain_blocked,
+    job_mark_cleaned,
+    job_note_status,
+    job_record_applied,
+    job_record_event,
+    job_record_logs,
+    job_record_reconciled,
+    job_transition,
+)
 from jobs.states import JobState, can_transition
 from jobs.status import ClusterSnapshot, StatusReading, map_cluster_status
 from portal.kube import apply as kube
-from portal.kube.apply import PermanentKubeError, RetryableKubeError
-from portal.kube.labels import JOB_ID_KEY
+from portal.kube import discovery
+from portal.kube.apply import (
+    KubeError,
+    PermanentKubeError,
+    ResourceNotServed,
+    RetryableKubeError,
+)
+from portal.kube.labels import JOB_ID_KEY, is_managed
+from tenants.models import Project
 
 log = logging.getLogger(__name__)
 SOURCE = "reconciler"
+SWEEP_SOURCE = "resync"
 RECREATE_STATES = frozenset({JobState.SUBMITTED, JobState.QUEUED})
+# The objects the portal creates for a job (pods, Workloads and PodGroups are their dependents).
+JOB_OBJECT_KINDS = (
+    ("batch/v1", "Job"),
+    ("v1", "Service"),
+    ("batch.volcano.sh/v1alpha1", "Job"),
+)
+LOG_PODS = 3
+LOG_LINES = 20
+LOG_CHARS = 8000
+
+
+def retention_seconds() -> float:
+    return float(getattr(settings, "PORTAL_JOB_RETENTION_SECONDS", 86400))
+
+
+def _not_found_reason(manifest: dict[str, Any], exc: PermanentKubeError) -> RetryableKubeError:
+    """A 404 on apply: the API is not served (missing CRD) or the namespace is not there yet."""
+    api_version, kind = manifest["apiVersion"], manifest["kind"]
+    plural = kube.KINDS.get(kind, (kind.lower() + "s", True))[0]
+    served = kube.api_resources(api_version)
+    if served is None or plural not in served:
+        return ResourceNotServed(f"the cluster does not serve {api_version} {plural}", status=404)
+    # The project's namespace is not there yet (the quota sync creates it): wait.
+    return RetryableKubeError(f"not ready yet: {exc.message}", status=404)
 
 
 def _apply_all(manifests: list[dict[str, Any]]) -> None:
@@ -33,21 +86,107 @@ def _apply_all(manifests: list[dict[str, Any]]) -> None:
             kube.apply(manifest)
         except PermanentKubeError as exc:
             if exc.status == 404:
-                # The project's namespace is not there yet (the quota sync creates it): wait.
-                raise RetryableKubeError(f"not ready yet: {exc.message}", status=404) from exc
+                raise _not_found_reason(manifest, exc) from exc
             raise
 
 
-def delete_job_objects(job: Job) -> None:
-    """Delete every object of the job by name (background propagation removes pods)."""
+def _check_backend(job: Job) -> None:
+    """Tell the job (once) and staff (the log) when the cluster lacks the job's backend."""
+    backend = job.backend or "kueue"
+    if backend not in discovery.BACKEND_RESOURCES:
+        return  # a backend this check does not know: the apply itself will say
+    status = discovery.backend_status(backend)
+    if status.installed:
+        return
+    message = f"{status.message}; the job waits until an administrator installs it"
+    if job_explain_blocked(job, reason="BackendMissing", message=message, source=SOURCE):
+        log.error("job %s cannot be applied: %s", job.pk, status.message)
+    raise ResourceNotServed(status.message, status=404)
+
+
+def _apply(job: Job, manifests: list[dict[str, Any]]) -> str | None:
+    """Apply the job's objects. Returns "rejected" when the API server refused them for good
+    (the job is Failed with its message); raises RetryableKubeError to try again later."""
+    _check_backend(job)
+    try:
+        _apply_all(manifests)
+    except ResourceNotServed:
+        discovery.forget()  # removed since we asked: ask again next time
+        raise
+    except PermanentKubeError as exc:
+        _fail(job, "Rejected", f"the cluster rejected the job: {exc.message}")
+        return "rejected"
+    return None
+
+
+def delete_job_objects(job: Job) -> int:
+    """Delete every object of the job by name (background propagation removes pods).
+    Returns how many were still there."""
     ns = job.project.namespace
     name = object_name(job.pk)
     if job.backend == "volcano":
-        kube.delete("batch.volcano.sh/v1alpha1", "Job", name, ns)
-    else:
-        kube.delete("batch/v1", "Job", name, ns)
-        if job.kind == "gang":
-            kube.delete("v1", "Service", name, ns)
+        return int(kube.delete("batch.volcano.sh/v1alpha1", "Job", name, ns))
+    deleted = int(kube.delete("batch/v1", "Job", name, ns))
+    if job.kind == "gang":
+        deleted += int(kube.delete("v1", "Service", name, ns))
+    return deleted
+
+
+def _save_logs(job: Job) -> None:
+    """Keep the last lines of the job's pods' logs (failed pods first) on the Job row.
+
+    Raises RetryableKubeError when the cluster cannot be read now; a refusal (e.g. no RBAC for
+    pods/log) keeps no logs rather than keeping the objects forever."""
+    ns = job.project.namespace
+    try:
+        _save_logs_of(job, ns)
+    except PermanentKubeError as exc:
+        log.warning("job %s: cannot read its pods' logs: %s", job.pk, exc.message)
+
+
+def _save_logs_of(job: Job, ns: str) -> None:
+    pods = kube.list_objects("v1", "Pod", namespace=ns, label_selector=job_selector(job.pk))
+    pods.sort(
+        key=lambda p: (
+            (p.get("status") or {}).get("phase") != "Failed",
+            (p.get("metadata") or {}).get("name", ""),
+        )
+    )
+    parts = []
+    for pod in pods[:LOG_PODS]:
+        name = pod["metadata"]["name"]
+        tail = kube.pod_log_tail(ns, name, lines=LOG_LINES).rstrip()
+        if tail:
+            parts.append(f"==> {name} <==\n{tail}")
+    text = "\n".join(parts)
+    if len(text) > LOG_CHARS:
+        text = "…" + text[-LOG_CHARS:]
+    if text:
+        job_record_logs(job, tail=text)
+
+
+def _clean_up(job: Job) -> str:
+    """The job was cancelled: keep what its pods printed (best effort), delete its objects."""
+    try:
+        _save_logs(job)
+    except RetryableKubeError:
+        log.info("job %s: could not read its logs before deleting it", job.pk)
+    delete_job_objects(job)
+    job_mark_cleaned(job)
+    return "deleted"
+
+
+def _after_apply(job: Job) -> str | None:
+    """Read the job again after a cluster write: if it was cancelled (or removed) while we
+    applied, delete what was just applied. Returns what was done, None to carry on."""
+    fresh = Job.objects.filter(pk=job.pk).values("state", "cleanup_pending").first()
+    if fresh is None:
+        delete_job_objects(job)
+        return "gone"
+    if fresh["cleanup_pending"] or fresh["state"] == JobState.CANCELLED:
+        job.state = fresh["state"]
+        return _clean_up(job)
+    return None
 
 
 def read_snapshot(job: Job, *, with_pods: bool = False) -> ClusterSnapshot:
@@ -123,7 +262,12 @@ def _move(job: Job, reading: StatusReading) -> None:
         return
     try:
         job_transition(
-            job, to=reading.state, reason=reading.reason, message=reading.message, source=SOURCE
+            job,
+            to=reading.state,
+            expected_from=job.state,
+            reason=reading.reason,
+            message=reading.message,
+            source=SOURCE,
         )
     except InvalidTransition:
         # Somebody (a cancel) moved it meanwhile; the next run sees the new state.
@@ -132,52 +276,52 @@ def _move(job: Job, reading: StatusReading) -> None:
 
 def _fail(job: Job, reason: str, message: str) -> None:
     try:
-        job_transition(job, to=JobState.FAILED, reason=reason, message=message, source=SOURCE)
+        job_transition(
+            job,
+            to=JobState.FAILED,
+            expected_from=job.state,
+            reason=reason,
+            message=message,
+            source=SOURCE,
+        )
     except InvalidTransition:
         log.info("job %s already finished; not marking it failed (%s)", job.pk, reason)
 
 
 def job_reconcile(*, job_id: int) -> str:
-    """One level-triggered pass over a job. Returns a short word saying what it did.
+    """One level-triggered pass over a job, holding the job's lock. Returns a short word saying
+    what it did.
 
-    Raises RetryableKubeError when the cluster could not be reached (the task retries);
+    Raises RetryableKubeError when the cluster could not be reached or lacks the job's backend,
+    and JobBusy when another worker kept the job's lock too long (the task retries both);
     permanent rejections mark the job Failed with the API server's message.
     """
+    with job_lock(job_id):
+        return _reconcile_locked(job_id)
+
+
+def _reconcile_locked(job_id: int) -> str:
     job = Job.objects.select_related("project", "pool").filter(pk=job_id).first()
     if job is None:
         return "gone"
     if job.cleanup_pending:
-        delete_job_objects(job)
-        Job.objects.filter(pk=job.pk).update(cleanup_pending=False)
-        return "deleted"
+        return _clean_up(job)
     if job.is_terminal:
         return "terminal"
     manifests = job_manifests(job)
     if job.applied_at is None:
-        try:
-            _apply_all(manifests)
-        except PermanentKubeError as exc:
-            _fail(job, "Rejected", f"the cluster rejected the job: {exc.message}")
-            return "rejected"
-        now = timezone.now()
-        Job.objects.filter(pk=job.pk, applied_at__isnull=True).update(
-            applied_at=now, last_reconciled_at=now
-        )
-        # A cancel that raced with this apply must not leave objects behind.
-        if Job.objects.filter(pk=job.pk, cleanup_pending=True).exists():
-            delete_job_objects(job)
-            Job.objects.filter(pk=job.pk).update(cleanup_pending=False)
-            return "deleted"
-        return "applied"
+        if rejected := _apply(job, manifests):
+            return rejected
+        job_record_applied(job)
+        return _after_apply(job) or "applied"
     reading = read_status(job)
-    Job.objects.filter(pk=job.pk).update(last_reconciled_at=timezone.now())
+    job_record_reconciled([job.pk])
     if reading.missing:
         if job.state in RECREATE_STATES:
-            try:
-                _apply_all(manifests)
-            except PermanentKubeError as exc:
-                _fail(job, "Rejected", f"the cluster rejected the job: {exc.message}")
-                return "rejected"
+            if rejected := _apply(job, manifests):
+                return rejected
+            if after := _after_apply(job):
+                return after
             log.warning("job %s: %s; recreated", job.pk, reading.message)
             job_note_status(job, reason="Recreated", message=f"{reading.message}; recreated")
             return "recreated"
@@ -250,12 +394,15 @@ def _namespace_snapshots(namespace: str, jobs: list[Job]) -> dict[int, ClusterSn
     return snapshots
 
 
-def resync_jobs(*, enqueue) -> dict[str, int]:
+def resync_jobs(*, enqueue: Callable[[int], Any]) -> dict[str, int]:
     """The periodic pass: read every namespace with live jobs in bulk, move jobs whose cluster
     status changed, and hand the rest (never applied, cancelled but not cleaned up, drifted,
-    failed needing pod exit codes) to `enqueue(job_id)` for a full reconcile.
+    failed needing pod exit codes) to `enqueue(job_id)` for a full reconcile; then sweep the
+    cluster for objects no live job wants.
 
-    A namespace whose reads fail is skipped this round and retried next period.
+    The moves compare against the state this pass read (expected_from), so a job a reconcile
+    moved on while the namespace was being listed is left alone. A namespace whose reads fail is
+    skipped this round and retried next period.
     """
     counts = {"moved": 0, "enqueued": 0, "unchanged": 0, "skipped": 0}
     by_namespace: dict[str, list[Job]] = {}
@@ -283,5 +430,122 @@ def resync_jobs(*, enqueue) -> dict[str, int]:
             else:
                 _move(job, reading)
                 counts["moved"] += 1
-        Job.objects.filter(pk__in=[j.pk for j in jobs]).update(last_reconciled_at=timezone.now())
+        job_record_reconciled([j.pk for j in jobs])
+    counts.update(sweep_cluster_objects())
     return counts
+
+
+def _job_id_of(obj: dict[str, Any]) -> int | None:
+    value = ((obj.get("metadata") or {}).get("labels") or {}).get(JOB_ID_KEY, "")
+    return int(value) if value.isdigit() else None
+
+
+def _describe(obj: dict[str, Any]) -> str:
+    return f"{obj['kind']} {obj['metadata']['name']}"
+
+
+def sweep_cluster_objects() -> dict[str, int]:
+    """Delete job objects that no live job wants: those of cancelled jobs, of jobs the portal
+    no longer has, and of finished jobs past the retention (after keeping their last log lines).
+
+    Only objects carrying the portal's managed-by and job-id labels, in a namespace of one of
+    its projects, are considered; a job id above every id this database has handed out is left
+    alone (a restored backup or another portal: not provably ours to delete).
+    """
+    counts = {"swept": 0, "sweep_skipped": 0}
+    namespaces = set(Project.objects.values_list("namespace", flat=True))
+    found: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for api_version, kind in JOB_OBJECT_KINDS:
+        try:
+            objects = kube.list_owned(api_version, kind, selector=JOB_ID_KEY)
+        except ResourceNotServed:
+            continue  # that backend is not installed: nothing of it to sweep
+        except KubeError as exc:
+            log.warning("sweep: cannot list %s %s: %s", api_version, kind, exc)
+            counts["sweep_skipped"] += 1
+            continue
+        for obj in objects:
+            meta = obj.get("metadata") or {}
+            job_id = _job_id_of(obj)
+            if (
+                job_id is None
+                or not is_managed(obj)
+                or meta.get("namespace") not in namespaces
+                or meta.get("deletionTimestamp")
+            ):
+                continue
+            found.setdefault((job_id, meta["namespace"]), []).append(obj)
+    if not found:
+        return counts
+    jobs = {
+        j.pk: j
+        for j in Job.objects.select_related("project").filter(
+            pk__in={job_id for job_id, _ in found}
+        )
+    }
+    highest = Job.objects.aggregate(highest=Max("pk"))["highest"] or 0
+    cutoff = timezone.now() - timedelta(seconds=retention_seconds())
+    for (job_id, namespace), objects in sorted(found.items()):
+        job = jobs.get(job_id)
+        if job is None or job.project.namespace != namespace:
+            if job_id > highest:
+                log.warning(
+                    "sweep: %s in %s is labelled for job %s, newer than any job here; left alone",
+                    ", ".join(_describe(o) for o in objects),
+                    namespace,
+                    job_id,
+                )
+                continue
+            counts["swept"] += _delete_unknown(job_id, namespace, objects)
+            continue
+        if job.state == JobState.CANCELLED and job.cleanup_pending:
+            continue  # its reconcile is deleting them (the resync enqueued it above)
+        if job.state == JobState.CANCELLED:
+            why = "the job was cancelled"
+        elif job.is_terminal and job.state_changed_at <= cutoff:
+            why = f"the job finished over {retention_seconds():g} s ago (retention)"
+        else:
+            continue
+        try:
+            with job_lock(job.pk, wait=0):
+                if job.state != JobState.CANCELLED and not job.logs_tail:
+                    _save_logs(job)
+                counts["swept"] += _delete_for(job, objects, why)
+        except (JobBusy, KubeError) as exc:
+            log.warning("sweep: job %s skipped this round: %s", job.pk, exc)
+            counts["sweep_skipped"] += 1
+    return counts
+
+
+def _delete_unknown(job_id: int, namespace: str, objects: list[dict[str, Any]]) -> int:
+    deleted = 0
+    for obj in objects:
+        try:
+            if kube.delete_object(obj):
+                deleted += 1
+                log.warning(
+                    "sweep: deleted %s in %s: labelled for job %s, which the portal no longer has",
+                    _describe(obj),
+                    namespace,
+                    job_id,
+                )
+        except KubeError as exc:
+            log.warning("sweep: could not delete %s in %s: %s", _describe(obj), namespace, exc)
+    return deleted
+
+
+def _delete_for(job: Job, objects: list[dict[str, Any]], why: str) -> int:
+    """Delete a known job's leftover objects, one JobEvent per object actually removed."""
+    deleted = 0
+    for obj in objects:
+        if kube.delete_object(obj):
+            deleted += 1
+            reason = "OrphanDeleted" if job.state == JobState.CANCELLED else "RetentionExpired"
+            job_record_event(
+                job,
+                reason=reason,
+                message=f"deleted {_describe(obj)} from the cluster: {why}",
+                source=SWEEP_SOURCE,
+            )
+            log.info("sweep: deleted %s of job %s: %s", _describe(obj), job.pk, why)
+    return deleted

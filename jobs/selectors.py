@@ -3,7 +3,7 @@
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from jobs import manifests as job_manifests_module
 from jobs.manifests import JobManifestInput
@@ -124,6 +124,4 @@ def job_manifests(job: Job, *, job_id: int | None = None) -> list[dict[str, Any]
 
 def jobs_to_resync() -> QuerySet[Job]:
     """Every job the periodic resync looks at: active ones and cancelled ones not yet cleaned."""
-    from django.db.models import Q
-
     return Job.objects.filter(Q(state__in=ACTIVE) | Q(cleanup_pending=True)).order_by("id")

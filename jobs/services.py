@@ -15,8 +15,9 @@ from django.utils import timezone
 
 from jobs.models import Job, JobEvent, JobKind
 from jobs.selectors import job_manifests, pool_facts_for_project
-from jobs.states import JobState, can_transition, sources_for
+from jobs.states import JobState, can_transition
 from jobs.validation import JobRequest, ValidationResult, validate_job_request
+from portal.celery import app as celery_app
 from quotas.models import GpuPool
 from tenants.models import Membership, Project
 from tenants.permissions import WRITER_ROLES, can_write, is_staff
@@ -33,48 +34,64 @@ class InvalidTransition(Exception):
         super().__init__(f"Job {job_id} is {label}; it cannot become {JobState(to).label}.")
 
 
-def job_transition(job: Job, *, to: str, reason: str, message: str = "", source: str) -> Job:
-    """Move a job to `to` if the state table allows it from its current state.
+class StaleTransition(InvalidTransition):
+    """The job is no longer in the state the caller saw; nothing was written."""
 
-    Compare-and-set: the UPDATE is filtered on the state it read, so concurrent writers (a
-    reconcile and a cancel) cannot both win; the loser re-reads and re-checks. The JobEvent is
-    written in the same transaction. Raises InvalidTransition when the table forbids the move.
-    Updates `job` in place and returns it.
+    def __init__(self, job_id: int, current: str, expected: str, to: str):
+        self.expected = expected
+        super().__init__(job_id, current, to)
+
+
+def job_transition(
+    job: Job,
+    *,
+    to: str,
+    expected_from: str,
+    reason: str,
+    message: str = "",
+    source: str,
+) -> Job:
+    """Move a job from `expected_from` (the state the caller saw) to `to`.
+
+    Compare-and-set on what the caller saw, not on a fresh read: the UPDATE is filtered on
+    `expected_from`, so a writer acting on a stale snapshot (a bulk resync that listed the job
+    before a reconcile moved it on) changes nothing and writes no event. Raises InvalidTransition
+    when the table forbids expected_from → to, and StaleTransition (a subclass) when the stored
+    state is no longer `expected_from`. The JobEvent is written in the same transaction. Updates
+    `job` in place and returns it.
     """
-    allowed = sources_for(to)
-    for _ in range(5):
-        with transaction.atomic():
+    expected, to = str(expected_from), str(to)
+    if not can_transition(expected, to):
+        raise InvalidTransition(job.pk, expected, to)
+    now = timezone.now()
+    with transaction.atomic():
+        updated = Job.objects.filter(pk=job.pk, state=expected).update(
+            state=to,
+            state_reason=reason[:64],
+            state_message=message,
+            state_changed_at=now,
+            updated_at=now,
+        )
+        if not updated:
             current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
             if current is None:
                 raise Job.DoesNotExist(f"job {job.pk} does not exist")
-            if current not in allowed:
-                raise InvalidTransition(job.pk, current, to)
-            now = timezone.now()
-            updated = Job.objects.filter(pk=job.pk, state=current).update(
-                state=to,
-                state_reason=reason[:64],
-                state_message=message,
-                state_changed_at=now,
-                updated_at=now,
-            )
-            if not updated:
-                continue  # someone else moved it between our read and write; re-read
-            JobEvent.objects.create(
-                job_id=job.pk,
-                from_state=current,
-                to_state=to,
-                reason=reason[:64],
-                message=message,
-                source=source,
-            )
-        job.state, job.state_reason, job.state_message, job.state_changed_at = (
-            to,
-            reason[:64],
-            message,
-            now,
+            raise StaleTransition(job.pk, current, expected, to)
+        JobEvent.objects.create(
+            job_id=job.pk,
+            from_state=expected,
+            to_state=to,
+            reason=reason[:64],
+            message=message,
+            source=source,
         )
-        return job
-    raise InvalidTransition(job.pk, job.state, to)
+    job.state, job.state_reason, job.state_message, job.state_changed_at = (
+        to,
+        reason[:64],
+        message,
+        now,
+    )
+    return job
 
 
 def job_note_status(job: Job, *, reason: str, message: str) -> None:
@@ -87,18 +104,69 @@ def job_note_status(job: Job, *, reason: str, message: str) -> None:
     job.state_reason, job.state_message = reason[:64], message
 
 
+def job_record_event(job: Job, *, reason: str, message: str, source: str) -> JobEvent:
+    """An event that is not a state change (cluster objects removed, a blocked apply explained):
+    from and to are both the job's stored state."""
+    state = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first() or job.state
+    return JobEvent.objects.create(
+        job_id=job.pk,
+        from_state=state,
+        to_state=state,
+        reason=reason[:64],
+        message=message,
+        source=source,
+    )
+
+
+def job_explain_blocked(job: Job, *, reason: str, message: str, source: str) -> bool:
+    """Tell the user why a job cannot go on (the why-text of its state, plus one event the first
+    time). Returns True when this was news (the caller logs it for staff then)."""
+    if job.state_reason == reason[:64] and job.state_message == message:
+        return False
+    job_note_status(job, reason=reason, message=message)
+    job_record_event(job, reason=reason, message=message, source=source)
+    return True
+
+
+def job_mark_cleaned(job: Job) -> None:
+    """The cancelled job's cluster objects are confirmed gone (called under the job's lock)."""
+    Job.objects.filter(pk=job.pk).update(cleanup_pending=False, updated_at=timezone.now())
+    job.cleanup_pending = False
+
+
+def job_record_logs(job: Job, *, tail: str) -> None:
+    """Keep the last log lines of a finished job before its cluster objects are removed."""
+    Job.objects.filter(pk=job.pk).update(logs_tail=tail, updated_at=timezone.now())
+    job.logs_tail = tail
+
+
+def job_record_applied(job: Job) -> None:
+    """The manifests were applied for the first time."""
+    now = timezone.now()
+    Job.objects.filter(pk=job.pk, applied_at__isnull=True).update(
+        applied_at=now, last_reconciled_at=now
+    )
+    job.applied_at = job.applied_at or now
+
+
+def job_record_reconciled(job_ids: list[int]) -> None:
+    Job.objects.filter(pk__in=job_ids).update(last_reconciled_at=timezone.now())
+
+
+# Sent by name: the tasks module sits above the services and imports them, never the reverse.
+RECONCILE_TASK = "jobs.tasks.reconcile_job"
+
+
 def enqueue_reconcile(job_id: int) -> None:
     """Queue a reconcile once the surrounding transaction commits (never inside it)."""
-    from jobs.tasks import reconcile_job
-
-    transaction.on_commit(lambda: _send(reconcile_job, job_id))
+    transaction.on_commit(lambda: _send(job_id))
 
 
-def _send(task, job_id: int) -> None:
+def _send(job_id: int) -> None:
     # A broker outage must not fail the request that stored the job: the periodic resync
     # picks the job up within one period.
     try:
-        task.delay(job_id)
+        celery_app.send_task(RECONCILE_TASK, args=(job_id,))
     except Exception:  # the broker client raises many types; the resync is the safety net
         log.warning("could not enqueue reconcile of job %s; the resync will", job_id, exc_info=True)
 
@@ -230,21 +298,32 @@ def job_submit(
 def job_cancel(*, actor: Any, job: Job, source: str = "api") -> Job:
     """Cancel: the job becomes Cancelled now and its cluster objects are deleted after commit.
 
-    Raises PermissionDenied for a viewer and InvalidTransition for a finished job.
+    Cancelling is allowed from every active state, so the state compared against is the one
+    stored right now (re-read if a reconcile moves the job on meanwhile). Raises
+    PermissionDenied for a viewer and InvalidTransition for a finished job.
     """
     if not can_write(actor, job.project):
         raise PermissionDenied(f"Your role in project '{job.project.slug}' cannot cancel jobs.")
-    if not can_transition(job.state, JobState.CANCELLED):
-        raise InvalidTransition(job.pk, job.state, JobState.CANCELLED)
-    with transaction.atomic():
-        job_transition(
-            job,
-            to=JobState.CANCELLED,
-            reason="Cancelled",
-            message=f"cancelled by {getattr(actor, 'username', actor)}",
-            source=source,
-        )
-        Job.objects.filter(pk=job.pk).update(cleanup_pending=True)
-        job.cleanup_pending = True
-        enqueue_reconcile(job.pk)
-    return job
+    for _ in range(5):
+        current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
+        if current is None:
+            raise Job.DoesNotExist(f"job {job.pk} does not exist")
+        if not can_transition(current, JobState.CANCELLED):
+            raise InvalidTransition(job.pk, current, JobState.CANCELLED)
+        try:
+            with transaction.atomic():
+                job_transition(
+                    job,
+                    to=JobState.CANCELLED,
+                    expected_from=current,
+                    reason="Cancelled",
+                    message=f"cancelled by {getattr(actor, 'username', actor)}",
+                    source=source,
+                )
+                Job.objects.filter(pk=job.pk).update(cleanup_pending=True)
+                job.cleanup_pending = True
+                enqueue_reconcile(job.pk)
+        except StaleTransition:
+            continue  # a reconcile moved it between our read and write; read again
+        return job
+    raise InvalidTransition(job.pk, job.state, JobState.CANCELLED)

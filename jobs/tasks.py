@@ -1,9 +1,13 @@
 """Celery tasks for jobs. Each body calls one service; the Job row is the result.
 
-Retries: RetryableKubeError (409, 429, 5xx, no connection) retries with exponential backoff and
-jitter, at most 30 s apart; after the last retry the periodic resync picks the job up again, so
-a long outage delays jobs but never loses them. Permanent rejections are handled inside the
-service (the job becomes Failed with the API server's message).
+Layering: this module sits on top (it imports jobs.reconcile and the services); the services
+enqueue work by task name (jobs.services.RECONCILE_TASK), never by importing this module.
+
+Retries: RetryableKubeError (409, 429, 5xx, no connection, a terminating namespace, a missing
+CRD) and JobBusy (another worker holds the job's lock) retry with exponential backoff and jitter,
+at most 30 s apart; after the last retry the periodic resync picks the job up again, so a long
+outage delays jobs but never loses them. Permanent rejections are handled inside the service
+(the job becomes Failed with the API server's message).
 """
 
 import logging
@@ -11,14 +15,19 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
+from jobs import reconcile
+from jobs.locking import JobBusy
+from jobs.services import RECONCILE_TASK
 from portal.kube.apply import RetryableKubeError
+from quotas.tasks import sync_quotas
 
 log = logging.getLogger(__name__)
 
 
 @shared_task(
     bind=True,
-    autoretry_for=(RetryableKubeError,),
+    name=RECONCILE_TASK,
+    autoretry_for=(RetryableKubeError, JobBusy),
     retry_backoff=2,
     retry_backoff_max=30,
     retry_jitter=True,
@@ -28,24 +37,19 @@ log = logging.getLogger(__name__)
     typing=False,
 )
 def reconcile_job(self, job_id: int) -> str:
-    from jobs.reconcile import job_reconcile
-
-    return job_reconcile(job_id=job_id)
+    return reconcile.job_reconcile(job_id=job_id)
 
 
 @shared_task(acks_late=True)
 def resync_jobs() -> dict[str, int]:
-    """Periodic: bring every live job in line with the cluster (bulk reads per namespace)."""
-    from jobs.reconcile import resync_jobs as resync
-
-    return resync(enqueue=reconcile_job.delay)
+    """Periodic: bring every live job in line with the cluster (bulk reads per namespace) and
+    sweep objects no live job wants."""
+    return reconcile.resync_jobs(enqueue=reconcile_job.delay)
 
 
 @shared_task(acks_late=True)
 def resync_all() -> None:
     """The beat entry point: jobs and quota objects."""
-    from quotas.tasks import sync_quotas
-
     resync_jobs.delay()
     sync_quotas.delay()
 

@@ -8,9 +8,9 @@ from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
-from jobs.api import manifests_yaml
 from jobs.filters import JobFilter
 from jobs.forms import JobSubmitForm
+from jobs.render import manifests_yaml
 from jobs.selectors import job_events, job_list_visible_to, job_manifests
 from jobs.services import InvalidTransition, job_cancel, job_submit
 from tenants.permissions import can_write

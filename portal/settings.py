@@ -188,6 +188,11 @@ CELERY_TIMEZONE = "UTC"
 # Periodic resync of every live job and every quota object (seconds). A lost Celery message
 # delays a job by at most this long.
 PORTAL_RESYNC_SECONDS = env.float("PORTAL_RESYNC_SECONDS", default=60.0)
+# A finished (succeeded/failed) job's cluster objects are deleted by the resync this long after
+# it finished, once its status and last log lines are recorded; cancelled jobs' at once.
+PORTAL_JOB_RETENTION_SECONDS = env.float("PORTAL_JOB_RETENTION_SECONDS", default=86400.0)
+# How long a reconcile waits for another worker holding the same job before retrying later.
+PORTAL_JOB_LOCK_WAIT_SECONDS = env.float("PORTAL_JOB_LOCK_WAIT_SECONDS", default=15.0)
 CELERY_BEAT_SCHEDULE = {
     "resync-jobs-and-quotas": {
         "task": "jobs.tasks.resync_all",

@@ -114,6 +114,10 @@ class KubeServer:
         self._auth_header = f"Bearer {token}"
         self._unavailable_until = 0.0
         self._drop_until = 0.0
+        # Writes (POST/PUT/PATCH) whose path contains _write_delay_path wait this long first,
+        # as on a loaded API server (0: off).
+        self._write_delay = 0.0
+        self._write_delay_path = ""
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         self.server_address = "127.0.0.1"
@@ -163,6 +167,9 @@ class KubeServer:
             self._unavailable_until = now + float(body["unavailable_seconds"])
         if "drop_connections_seconds" in body:
             self._drop_until = now + float(body["drop_connections_seconds"])
+        if "write_delay_seconds" in body:
+            self._write_delay = max(0.0, float(body["write_delay_seconds"]))
+            self._write_delay_path = str(body.get("write_delay_path") or "")
         if body.get("close_watches"):
             self.store.close_watchers()
         if body.get("expire_history"):
@@ -170,6 +177,7 @@ class KubeServer:
         return {
             "unavailable_seconds": max(0.0, self._unavailable_until - now),
             "drop_connections_seconds": max(0.0, self._drop_until - now),
+            "write_delay_seconds": self._write_delay,
             "resourceVersion": str(self.store.resource_version),
         }
 
@@ -191,6 +199,12 @@ class KubeServer:
             raise asyncio.CancelledError
         if now < self._unavailable_until:
             return error_response(errors.service_unavailable())
+        if (
+            self._write_delay
+            and request.method in ("POST", "PUT", "PATCH")
+            and self._write_delay_path in path
+        ):
+            await asyncio.sleep(self._write_delay)
         try:
             return await self._route(request, path)
         except errors.ApiError as exc:

@@ -54,6 +54,16 @@ class PermanentKubeError(KubeError):
     """The API server rejected the request itself (validation, forbidden, bad request)."""
 
 
+class ResourceNotServed(RetryableKubeError):
+    """The cluster does not serve this API at all (a CRD, e.g. Kueue's or Volcano's, is not
+    installed). Retryable: an administrator may install it; callers tell the user meanwhile."""
+
+
+# What the API server says when a write targets a namespace that is being deleted. It answers 403,
+# but the namespace will be gone (and recreated by the quota sync) shortly: try again later.
+TERMINATING_NAMESPACE = "because it is being terminated"
+
+
 def _server_message(exc: ApiException) -> tuple[str, str]:
     try:
         body = json.loads(exc.body or "{}")
@@ -74,7 +84,7 @@ def _namespace_terminating(exc: ApiException, message: str) -> bool:
     causes = ((body.get("details") or {}).get("causes") or []) if isinstance(body, dict) else []
     if any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes):
         return True
-    return "because it is being terminated" in message
+    return TERMINATING_NAMESPACE in message
 
 
 def classify(exc: BaseException) -> KubeError:
@@ -116,8 +126,21 @@ def _call(
     body: Any = None,
     content_type: str = "application/json",
 ) -> dict[str, Any]:
+    data = _call_raw(method, path, query=query, body=body, content_type=content_type)
+    return json.loads(data) if data else {}
+
+
+def _call_raw(
+    method: str,
+    path: str,
+    *,
+    query: list[tuple[str, str]] | None = None,
+    body: Any = None,
+    content_type: str = "application/json",
+    accept: str = "application/json",
+) -> bytes:
     api = get_api_client()
-    headers = {"Accept": "application/json", "Content-Type": content_type}
+    headers = {"Accept": accept, "Content-Type": content_type}
     try:
         response = api.call_api(
             path,
@@ -132,7 +155,7 @@ def _call(
         data = response.data
     except Exception as exc:  # classify() re-raises anything it does not recognise
         raise classify(exc) from exc
-    return json.loads(data) if data else {}
+    return data or b""
 
 
 def _meta(obj: dict[str, Any]) -> tuple[str, str, str | None, str]:
@@ -187,7 +210,16 @@ def list_objects(
         base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
         path = f"{base}/{plural}"
     query = [("labelSelector", label_selector)] if label_selector else []
-    data = _call("GET", path, query=query)
+    try:
+        data = _call("GET", path, query=query)
+    except PermanentKubeError as exc:
+        # A collection answers an empty list even in a missing namespace: a 404 means the
+        # API itself is not served (its CRD is not installed).
+        if exc.status == 404:
+            raise ResourceNotServed(
+                f"the cluster does not serve {api_version} {plural}", status=404
+            ) from exc
+        raise
     items = data.get("items") or []
     # Lists omit kind/apiVersion per item; put them back so items can be passed to delete().
     for item in items:
@@ -216,6 +248,34 @@ def delete(api_version: str, kind: str, name: str, namespace: str | None = None)
             return False
         raise
     return True
+
+
+def api_resources(api_version: str) -> frozenset[str] | None:
+    """The resource names (plurals) the API server serves for a group/version; None when it does
+    not serve that group/version at all (discovery answers 404)."""
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    try:
+        data = _call("GET", base)
+    except PermanentKubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return frozenset(
+        r.get("name", "") for r in data.get("resources") or [] if "/" not in r.get("name", "/")
+    )
+
+
+def pod_log_tail(namespace: str, name: str, *, lines: int = 20, limit_bytes: int = 4096) -> str:
+    """The last `lines` lines of a pod's log ("" when the pod or its log is gone)."""
+    path = object_path("v1", "Pod", namespace, name) + "/log"
+    query = [("tailLines", str(lines)), ("limitBytes", str(limit_bytes))]
+    try:
+        data = _call_raw("GET", path, query=query, accept="text/plain, */*")
+    except PermanentKubeError as exc:
+        if exc.status in (400, 404):  # gone, or a container that never started
+            return ""
+        raise
+    return data.decode("utf-8", errors="replace")
 
 
 def delete_object(obj: dict[str, Any]) -> bool:

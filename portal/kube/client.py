@@ -68,7 +68,8 @@ _lock = threading.Lock()
 _cached: tuple[int, str, PacedApiClient] | None = None
 
 
-def _settings_key() -> str:
+def settings_key() -> str:
+    """Identifies the configured cluster (caches of cluster facts are keyed by it)."""
     return "|".join(
         str(getattr(settings, name, ""))
         for name in ("KUBECONFIG", "PORTAL_KUBE_IN_CLUSTER", "PORTAL_KUBE_QPS", "PORTAL_KUBE_BURST")
@@ -95,7 +96,7 @@ def get_api_client() -> PacedApiClient:
     """The process's shared client (one rate limiter per process; rebuilt after a fork or when
     the kube settings change, e.g. in tests)."""
     global _cached
-    key = _settings_key()
+    key = settings_key()
     with _lock:
         if _cached is None or _cached[0] != os.getpid() or _cached[1] != key:
             _cached = (os.getpid(), key, build_api_client())

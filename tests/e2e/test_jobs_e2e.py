@@ -289,3 +289,39 @@ def test_a_lost_message_costs_at_most_one_resync_period(e2e_org, worker_factory)
     )
     # Worker start-up plus at most one period (and the task's own run).
     assert time.monotonic() - started < 30
+
+
+def test_jobs_cancelled_while_their_apply_is_slow_leave_nothing_in_the_cluster(
+    e2e_org, worker_factory, e2e_kubesim
+):
+    """A loaded API server (every Job write waits 150 ms): jobs cancelled while their apply is
+    on its way must not keep running in the cluster while the portal shows them Cancelled."""
+    from jobs.models import Job
+
+    worker_factory()
+    sync_quotas_and_wait(e2e_org)
+    client = api_as(e2e_org["bob"])
+    kubesim_fault(e2e_kubesim, {"write_delay_seconds": 0.15, "write_delay_path": "/jobs/"})
+    try:
+        ids = []
+        for _ in range(20):
+            job = submit(client, kind="single", gpus=1, command=["sleep", "3600"])
+            time.sleep(0.05)  # let a worker take the submission's reconcile and start applying
+            response = client.post(f"{URL}{job['id']}/cancel/")
+            assert response.status_code == 200, response.content
+            ids.append(job["id"])
+        wait_for(
+            lambda: (
+                not Job.objects.filter(pk__in=ids)
+                .exclude(state="cancelled", cleanup_pending=False)
+                .exists()
+            ),
+            timeout=90,
+            what="every cancel to be cleaned up",
+        )
+    finally:
+        kubesim_fault(e2e_kubesim, {"write_delay_seconds": 0})
+    # Once a job's clean-up is recorded no apply of it is in flight (the job's lock), so what
+    # is in the cluster now stays.
+    left = {job_id: owned("batch/v1", "Job", "gp-alpha", job_id) for job_id in ids}
+    assert {job_id: len(objs) for job_id, objs in left.items() if objs} == {}

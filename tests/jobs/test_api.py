@@ -62,7 +62,7 @@ def test_finished_jobs_free_their_name(personas, api_client_for, make_job):
     from jobs.services import job_transition
 
     job = make_job(name="reuse")
-    job_transition(job, to="failed", reason="x", source="test")
+    job_transition(job, expected_from=job.state, to="failed", reason="x", source="test")
     response = api_client_for(personas.member).post(URL, payload(name="reuse"), format="json")
     assert response.status_code == 201
 
@@ -141,7 +141,9 @@ def test_list_filters_newest_first_and_pagination(personas, api_client_for, make
     first = make_job(name="a", kind="single")
     second = make_job(name="b", kind="gang", replicas=2, submitter=personas.admin)
     third = make_job(name="c", kind="mig", gpus=0, mig_profile="1g.10gb")
-    job_transition(third, to="running", reason="PodsReady", source="test")
+    job_transition(
+        third, expected_from=third.state, to="running", reason="PodsReady", source="test"
+    )
     client = api_client_for(personas.viewer)
 
     def ids(query=""):
@@ -213,7 +215,9 @@ def test_cancel_moves_to_cancelled_and_finished_jobs_answer_409(
         == f"Job {job.name} is already cancelled; there is nothing to cancel."
     )
     done = make_job(name="done")
-    job_transition(done, to="succeeded", reason="Completed", source="test")
+    job_transition(
+        done, expected_from=done.state, to="succeeded", reason="Completed", source="test"
+    )
     response = client.post(f"{URL}{done.pk}/cancel/")
     assert response.status_code == 409
     assert "already succeeded" in response.json()["detail"]

@@ -32,7 +32,7 @@ def test_detail_shows_manifest_yaml_and_polls_until_finished(personas, web_clien
     assert "kueue.x-k8s.io/queue-name: gp-alpha" in page.text
     assert 'hx-trigger="every 5s"' in page.text
     assert "Cancel job" in page.text
-    job_transition(job, to="succeeded", reason="Completed", source="test")
+    job_transition(job, expected_from=job.state, to="succeeded", reason="Completed", source="test")
     fragment = client.get(f"/jobs/{job.pk}/", headers={"HX-Request": "true"})
     assert "Succeeded" in fragment.text
     assert "hx-trigger" not in fragment.text  # polling stops

@@ -5,89 +5,9 @@ import time
 
 import pytest
 
-from kubesim.testing import KubesimProcess
+from tests.jobs.kubesim_org import count_owned, reconcile_until, submit
 
 pytestmark = [pytest.mark.kubesim, pytest.mark.django_db]
-
-H100 = "NVIDIA-H100-80GB-HBM3"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with KubesimProcess(speed=100, workdir=tmp_path_factory.mktemp("ks-reconcile")) as server:
-        yield server
-
-
-@pytest.fixture
-def org(cluster, settings, db):
-    """A department with two projects, an H100 pool, priorities, and quotas synced in."""
-    from portal.kube.client import reset_api_client
-    from quotas.sync import sync_quota_objects
-    from tests.factories import (
-        DepartmentFactory,
-        GpuPoolFactory,
-        MembershipFactory,
-        ProjectFactory,
-        ProjectQuotaFactory,
-        UserFactory,
-        ensure_priority_classes,
-    )
-
-    settings.KUBECONFIG = str(cluster.kubeconfig)
-    settings.PORTAL_KUBE_QPS = 0
-    reset_api_client()
-    dept = DepartmentFactory(slug="rs", name="Research")
-    project = ProjectFactory(slug=f"p{int(time.time() * 1000) % 10**8}", department=dept)
-    pool = GpuPoolFactory(
-        slug="h100",
-        gpu_model=H100,
-        node_labels={"nvidia.com/gpu.product": H100},
-        node_count=3,
-        mig_profiles=["1g.10gb"],
-    )
-    ProjectQuotaFactory(project=project, pool=pool, resource="gpu", nominal=16)
-    ProjectQuotaFactory(project=project, pool=pool, resource="1g.10gb", nominal=4)
-    ensure_priority_classes()
-    user = UserFactory(username=f"u-{project.slug}")
-    MembershipFactory(user=user, project=project, role="member")
-    report = sync_quota_objects()
-    assert report.errors == []
-    return {"project": project, "user": user, "pool": pool}
-
-
-def submit(org, **data):
-    from jobs.services import job_submit
-
-    body = {"image": "nvcr.io/nvidia/pytorch:24.08-py3", "command": ["python", "train.py"]}
-    body.update(data)
-    return job_submit(actor=org["user"], project=org["project"], data=body).job
-
-
-def reconcile_until(job, states, timeout=60.0):
-    from jobs.models import Job
-    from jobs.reconcile import job_reconcile
-
-    deadline = time.monotonic() + timeout
-    seen = []
-    while time.monotonic() < deadline:
-        job_reconcile(job_id=job.pk)
-        state = Job.objects.get(pk=job.pk).state
-        if not seen or seen[-1] != state:
-            seen.append(state)
-        if state in states:
-            return seen
-        time.sleep(0.2)
-    raise AssertionError(f"job {job.pk} stuck; states seen: {seen}")
-
-
-def count_owned(kind, api_version, namespace, job_id):
-    from portal.kube import apply as kube
-
-    return len(
-        kube.list_owned(
-            api_version, kind, namespace=namespace, selector=f"gpu-portal.io/job-id={job_id}"
-        )
-    )
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,14 @@ def test_transition_writes_state_and_event_together(make_job):
     from jobs.services import job_transition
 
     job = make_job()
-    job_transition(job, to="queued", reason="Pending", message="waiting", source="test")
+    job_transition(
+        job,
+        expected_from=job.state,
+        to="queued",
+        reason="Pending",
+        message="waiting",
+        source="test",
+    )
     stored = Job.objects.get(pk=job.pk)
     assert (stored.state, stored.state_reason, stored.state_message) == (
         "queued",
@@ -57,9 +64,9 @@ def test_refused_transition_changes_nothing(make_job):
     from jobs.services import InvalidTransition, job_transition
 
     job = make_job()
-    job_transition(job, to="succeeded", reason="Completed", source="test")
+    job_transition(job, expected_from=job.state, to="succeeded", reason="Completed", source="test")
     with pytest.raises(InvalidTransition, match="is Succeeded; it cannot become Cancelled"):
-        job_transition(job, to="cancelled", reason="x", source="test")
+        job_transition(job, expected_from=job.state, to="cancelled", reason="x", source="test")
     assert Job.objects.get(pk=job.pk).state == "succeeded"
     assert Job.objects.get(pk=job.pk).events.count() == 1
 
@@ -72,9 +79,11 @@ def test_compare_and_set_uses_the_stored_state_not_the_stale_object(make_job):
 
     job = make_job()
     stale = Job.objects.get(pk=job.pk)
-    job_transition(job, to="cancelled", reason="Cancelled", source="api")
+    job_transition(job, expected_from=job.state, to="cancelled", reason="Cancelled", source="api")
     with pytest.raises(InvalidTransition):
-        job_transition(stale, to="running", reason="PodsReady", source="reconciler")
+        job_transition(
+            stale, expected_from=stale.state, to="running", reason="PodsReady", source="reconciler"
+        )
     assert Job.objects.get(pk=job.pk).state == "cancelled"
 
 
@@ -107,7 +116,13 @@ def test_random_event_sequences_never_leave_the_graph(make_job):
         def request(self, to):
             allowed = can_transition(self.model_state, to)
             try:
-                job_transition(self.job, to=to, reason="Test", source="hypothesis")
+                job_transition(
+                    self.job,
+                    expected_from=self.job.state,
+                    to=to,
+                    reason="Test",
+                    source="hypothesis",
+                )
             except InvalidTransition:
                 assert not allowed
             else:
@@ -136,3 +151,40 @@ def test_random_event_sequences_never_leave_the_graph(make_job):
             suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
         ),
     )
+
+
+@pytest.mark.django_db
+def test_a_transition_from_a_state_the_job_has_left_changes_nothing_and_writes_no_event(make_job):
+    """A resync that read the job as Admitted cannot move it to Queued once a reconcile has
+    moved it on to Running: the UPDATE compares against what the caller saw."""
+    from jobs.models import Job
+    from jobs.services import StaleTransition, job_transition
+
+    job = make_job()
+    job_transition(job, expected_from="submitted", to="admitted", reason="Admitted", source="test")
+    snapshot = Job.objects.get(pk=job.pk)  # what the resync read
+    job_transition(job, expected_from="admitted", to="running", reason="PodsReady", source="test")
+    with pytest.raises(StaleTransition, match="is Running"):
+        job_transition(
+            snapshot, expected_from=snapshot.state, to="queued", reason="Pending", source="resync"
+        )
+    stored = Job.objects.get(pk=job.pk)
+    assert stored.state == "running"
+    assert list(stored.events.values_list("to_state", flat=True)) == ["admitted", "running"]
+
+
+@pytest.mark.django_db
+def test_expected_from_takes_the_state_member_too(make_job):
+    from jobs.services import job_transition
+    from jobs.states import JobState
+
+    job = make_job()
+    job_transition(
+        job,
+        expected_from=JobState.SUBMITTED,
+        to=JobState.QUEUED,
+        reason="Pending",
+        source="watcher",
+    )
+    assert job.state == "queued"
+    assert job.events.get().from_state == "submitted"
