@@ -11,6 +11,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from knox.models import AuthToken
@@ -141,11 +142,21 @@ def membership_remove(*, actor: Any, membership: Membership) -> None:
     )
 
 
-def token_create(*, actor: Any, expires_in: timedelta | None) -> tuple[Any, str]:
+def default_token_lifetime() -> timedelta | None:
+    """PORTAL_TOKEN_TTL_DAYS (90 by default); None only when the site set it to 0 (never)."""
+    days = settings.PORTAL_TOKEN_TTL_DAYS
+    return timedelta(days=days) if days else None
+
+
+def token_create(*, actor: Any, expires_in: timedelta | None = None) -> tuple[Any, str]:
     """Issue a personal API token for `actor`; returns the stored row and the secret.
 
-    Only a hash is stored, so the secret can be shown once and never again.
+    Only a hash is stored, so the secret can be shown once and never again. Without
+    `expires_in` the token gets the site's default lifetime: tokens do not live forever unless
+    the site says so.
     """
+    if expires_in is None:
+        expires_in = default_token_lifetime()
     if expires_in is not None and expires_in <= timedelta(0):
         raise ValidationError({"expires_in": ["A token must expire in the future."]})
     token, secret = AuthToken.objects.create(user=actor, expiry=expires_in)
