@@ -94,7 +94,8 @@ def test_production_turns_debug_off_by_default():
     assert result.returncode == 0, result.stdout + result.stderr
     # Without PORTAL_ENV the demo's default (DEBUG on) holds.
     shell = "from django.conf import settings; print(settings.DEBUG)"
-    demo = _manage("shell", "--no-imports", "-c", shell, env=_production_env(DEBUG=None, SECRET_KEY=None))
+    demo_env = _production_env(DEBUG=None, SECRET_KEY=None)
+    demo = _manage("shell", "--no-imports", "-c", shell, env=demo_env)
     assert demo.stdout.strip().splitlines()[-1] == "True", demo.stderr
 
 
