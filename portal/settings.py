@@ -30,7 +30,7 @@ if DEBUG and PORTAL_ENV == "production":
     sys.exit("DEBUG is on but PORTAL_ENV=production: refusing to start (set DEBUG=false).")
 
 # The development key is refused outside DEBUG, so a forgotten variable cannot reach production.
-_DEV_SECRET_KEY = "django-insecure-gpu-portal-development-key-do-not-use-in-production"
+_DEV_SECRET_KEY = "django-insecure-gpu-portal-development-key-do-not-use-in-production"  # noqa: S105
 SECRET_KEY = env.str("SECRET_KEY", default="")
 if not SECRET_KEY:
     if not DEBUG:
