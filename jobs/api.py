@@ -21,7 +21,7 @@ from jobs.selectors import job_manifests
 from jobs.services import InvalidTransition, job_cancel, job_submit
 from jobs.states import JobState
 from jobs.validation import BACKENDS, PRIORITIES
-from portal.api import TenantScopedViewSet, router
+from portal.api import StrictCharField, TenantScopedViewSet, router
 from portal.api_errors import ApiErrorSerializer
 from portal.api_io import PortalJSONRenderer
 from tenants.permissions import can_write
@@ -113,26 +113,26 @@ class JobDetailSerializer(JobSerializer):
 class JobCreateSerializer(serializers.Serializer):
     """The request. Shapes only; the rules (quota, MIG, env, sizes) are in jobs.validation."""
 
-    project = serializers.CharField(help_text="Project slug.")
-    name = serializers.CharField(required=False, allow_blank=True, max_length=63)
+    project = StrictCharField(help_text="Project slug.")
+    name = StrictCharField(required=False, allow_blank=True, max_length=63)
     kind = serializers.ChoiceField(choices=JobKind.choices)
-    image = serializers.CharField(max_length=1024)
+    image = StrictCharField(max_length=1024)
     command = serializers.ListField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        child=StrictCharField(allow_blank=True, trim_whitespace=False),
         required=False,
         default=list,
     )
     env = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        child=StrictCharField(allow_blank=True, trim_whitespace=False),
         required=False,
         default=dict,
     )
     gpus = serializers.IntegerField(required=False, allow_null=True)
-    mig_profile = serializers.CharField(required=False, allow_blank=True, max_length=32)
+    mig_profile = StrictCharField(required=False, allow_blank=True, max_length=32)
     replicas = serializers.IntegerField(required=False, allow_null=True)
-    pool = serializers.CharField(required=False, allow_blank=True, max_length=40)
-    cpu = serializers.CharField(required=False, allow_blank=True, max_length=16)
-    memory = serializers.CharField(required=False, allow_blank=True, max_length=16)
+    pool = StrictCharField(required=False, allow_blank=True, max_length=40)
+    cpu = StrictCharField(required=False, allow_blank=True, max_length=16)
+    memory = StrictCharField(required=False, allow_blank=True, max_length=16)
     priority = serializers.ChoiceField(choices=PRIORITIES, required=False, default="normal")
     max_runtime_minutes = serializers.IntegerField(required=False, allow_null=True)
     backend = serializers.ChoiceField(choices=BACKENDS, required=False, allow_blank=True)
@@ -187,6 +187,15 @@ class JobViewSet(
         if self.action == "retrieve":
             queryset = queryset.prefetch_related("events")
         return queryset
+
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        if self.action == "manifest":
+            # Errors keep the API's JSON shape even where YAML was negotiated (or the format
+            # was unknown, when DRF falls back to the first renderer).
+            self.request.accepted_renderer = PortalJSONRenderer()
+            self.request.accepted_media_type = PortalJSONRenderer.media_type
+        return response
 
     def get_serializer_class(self):
         if self.action == "create":

@@ -18,7 +18,7 @@ from django.apps import apps
 from django.conf import settings
 from django.db.models import Model, QuerySet
 from django.utils.module_loading import module_has_submodule
-from rest_framework import exceptions, permissions, viewsets
+from rest_framework import exceptions, permissions, serializers, viewsets
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.routers import DefaultRouter
 
@@ -102,6 +102,18 @@ def _positive_int(raw: str) -> int | None:
         return None
     number = int(text)
     return number if number >= 1 else None
+
+
+class StrictCharField(serializers.CharField):
+    """A string field that refuses numbers instead of quietly turning 0 into "0" (the schema
+    says string; a client sending a number has a bug worth hearing about)."""
+
+    default_error_messages = {"invalid": "Not a valid string: send text in quotes."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
 
 
 def project_of(obj: Model, project_field: str) -> Any:

@@ -181,3 +181,21 @@ def handler500(request: HttpRequest) -> HttpResponse:
     if is_api_request(request):
         return api_error_response(500, "Server error; it has been logged.")
     return django_defaults.server_error(request)
+
+
+def document_empty_filters(result: dict, generator, request, public) -> dict:
+    """drf-spectacular hook: a filter given empty (`?kind=`) means "no filter", as the HTML
+    forms that share the FilterSets send it; say so in each enum query parameter."""
+    for path_item in result.get("paths", {}).values():
+        for operation in path_item.values():
+            for parameter in operation.get("parameters", []) if isinstance(operation, dict) else []:
+                if parameter.get("in") != "query":
+                    continue
+                schema = parameter.get("schema", {})
+                target = schema.get("items", schema) if schema.get("type") == "array" else schema
+                if "enum" in target and "" not in target["enum"]:
+                    target["enum"] = [*target["enum"], ""]
+                    parameter["description"] = (
+                        parameter.get("description", "") + "\n\nEmpty: no filter."
+                    ).strip()
+    return result

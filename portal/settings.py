@@ -162,6 +162,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Projects, GPU quotas and training jobs on Kubernetes.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "portal.api_errors.document_empty_filters",
+    ],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

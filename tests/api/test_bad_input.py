@@ -199,3 +199,9 @@ def test_schema_documents_cancel_404_409_and_both_manifest_formats(api_client):
     assert set(manifest["responses"]["200"]["content"]) == {"application/yaml", "application/json"}
     listing = schema["paths"]["/api/v1/jobs/"]["get"]["responses"]
     assert "400" in listing
+
+
+@pytest.mark.parametrize("query", [{}, {"format": "yaml"}, {"format": "nonsense"}])
+def test_manifest_errors_are_json_whatever_the_format(personas, api_client_for, query):
+    response = api_client_for(personas.member).get(f"{JOBS}999999/manifest/", query)
+    _assert_error_shape(response, 404)
