@@ -24,7 +24,9 @@ COPY static ./static
 RUN DEBUG=false SECRET_KEY=collectstatic-only STATIC_ROOT=/app/staticfiles \
     python manage.py collectstatic --noinput
 
-ENV STATIC_ROOT=/app/staticfiles
+# A production image: settings refuse to start with DEBUG on (see portal/settings.py).
+ENV STATIC_ROOT=/app/staticfiles \
+    PORTAL_ENV=production
 USER portal
 EXPOSE 8000
 CMD ["gunicorn", "portal.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]

@@ -3,26 +3,65 @@
 import yaml
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.decorators import action
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import BaseRenderer
 from rest_framework.response import Response
 
 from jobs.filters import JobFilter
 from jobs.models import Job, JobEvent, JobKind
 from jobs.render import manifests_yaml
+from jobs.redact import hidden_env, redact_manifests
 from jobs.selectors import job_manifests
 from jobs.services import InvalidTransition, job_cancel, job_submit
 from jobs.states import JobState
 from jobs.validation import BACKENDS, PRIORITIES
-from portal.api import TenantScopedViewSet, router
+from portal.api import StrictCharField, TenantScopedViewSet, router
+from portal.api_errors import ApiErrorSerializer
+from portal.api_io import PortalJSONRenderer
+from tenants.permissions import can_write
 
 
 class JobEventSerializer(serializers.ModelSerializer):
     class Meta:
         model = JobEvent
         fields = ["created_at", "from_state", "to_state", "reason", "message", "source"]
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {"type": "string", "nullable": True},
+        "description": "Environment variables. Values are null for viewers of the project: "
+        "only its members and admins may read them.",
+    }
+)
+class EnvField(serializers.Field):
+    """A job's env, values withheld (null) from users who cannot write in its project."""
+
+    def __init__(self, **kwargs):
+        super().__init__(source="*", read_only=True, **kwargs)
+
+    def to_representation(self, job: Job) -> dict:
+        if self._may_read_values(job):
+            return dict(job.env)
+        return hidden_env(job.env)
+
+    def _may_read_values(self, job: Job) -> bool:
+        request = self.context.get("request")
+        if request is None:
+            return False
+        # One role lookup per project per answer, not per job of a list.
+        cache = self.context.setdefault("_env_readable", {})
+        if job.project_id not in cache:
+            cache[job.project_id] = can_write(request.user, job.project)
+        return cache[job.project_id]
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -32,6 +71,7 @@ class JobSerializer(serializers.ModelSerializer):
     submitter = serializers.CharField(source="submitter.username", read_only=True)
     pool = serializers.CharField(source="pool.slug", read_only=True, allow_null=True)
     is_terminal = serializers.BooleanField(read_only=True)
+    env = EnvField()
 
     class Meta:
         model = Job
@@ -74,26 +114,26 @@ class JobDetailSerializer(JobSerializer):
 class JobCreateSerializer(serializers.Serializer):
     """The request. Shapes only; the rules (quota, MIG, env, sizes) are in jobs.validation."""
 
-    project = serializers.CharField(help_text="Project slug.")
-    name = serializers.CharField(required=False, allow_blank=True, max_length=63)
+    project = StrictCharField(help_text="Project slug.")
+    name = StrictCharField(required=False, allow_blank=True, max_length=63)
     kind = serializers.ChoiceField(choices=JobKind.choices)
-    image = serializers.CharField(max_length=1024)
+    image = StrictCharField(max_length=1024)
     command = serializers.ListField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        child=StrictCharField(allow_blank=True, trim_whitespace=False),
         required=False,
         default=list,
     )
     env = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        child=StrictCharField(allow_blank=True, trim_whitespace=False),
         required=False,
         default=dict,
     )
     gpus = serializers.IntegerField(required=False, allow_null=True)
-    mig_profile = serializers.CharField(required=False, allow_blank=True, max_length=32)
+    mig_profile = StrictCharField(required=False, allow_blank=True, max_length=32)
     replicas = serializers.IntegerField(required=False, allow_null=True)
-    pool = serializers.CharField(required=False, allow_blank=True, max_length=40)
-    cpu = serializers.CharField(required=False, allow_blank=True, max_length=16)
-    memory = serializers.CharField(required=False, allow_blank=True, max_length=16)
+    pool = StrictCharField(required=False, allow_blank=True, max_length=40)
+    cpu = StrictCharField(required=False, allow_blank=True, max_length=16)
+    memory = StrictCharField(required=False, allow_blank=True, max_length=16)
     priority = serializers.ChoiceField(choices=PRIORITIES, required=False, default="normal")
     max_runtime_minutes = serializers.IntegerField(required=False, allow_null=True)
     backend = serializers.ChoiceField(choices=BACKENDS, required=False, allow_blank=True)
@@ -145,6 +185,15 @@ class JobViewSet(
             queryset = queryset.prefetch_related("events")
         return queryset
 
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        if self.action == "manifest":
+            # Errors keep the API's JSON shape even where YAML was negotiated (or the format
+            # was unknown, when DRF falls back to the first renderer).
+            self.request.accepted_renderer = PortalJSONRenderer()
+            self.request.accepted_media_type = PortalJSONRenderer.media_type
+        return response
+
     def get_serializer_class(self):
         if self.action == "create":
             return JobCreateSerializer
@@ -186,17 +235,47 @@ class JobViewSet(
         data["events"] = JobEventSerializer(outcome.events, many=True).data
         return Response(data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(responses={(200, "application/yaml"): OpenApiTypes.STR})
-    @action(detail=True, methods=["get"], renderer_classes=[YamlRenderer, JSONRenderer])
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "format",
+                OpenApiTypes.STR,
+                enum=["yaml", "json"],
+                description="yaml (the default): one multi-document YAML text; json: a list "
+                "of the objects. An Accept header of application/json does the same.",
+            )
+        ],
+        responses={
+            (200, "application/yaml"): OpenApiResponse(
+                OpenApiTypes.STR, description="The objects as multi-document YAML."
+            ),
+            (200, "application/json"): OpenApiResponse(
+                {"type": "array", "items": {"type": "object", "additionalProperties": True}},
+                description="The objects as a JSON list.",
+            ),
+        },
+    )
+    @action(detail=True, methods=["get"], renderer_classes=[YamlRenderer, PortalJSONRenderer])
     def manifest(self, request, pk=None):
-        """The job's Kubernetes objects exactly as the reconciler applies them, as YAML."""
+        """The job's Kubernetes objects exactly as the reconciler applies them, as YAML (or a
+        JSON list with ?format=json). Env values are hidden from viewers."""
         job = self.get_object()
         manifests = job_manifests(job)
+        if not can_write(request.user, job.project):
+            manifests = redact_manifests(manifests, job.env)
         if request.accepted_renderer.format == "json":
             return Response(manifests)
         return Response(manifests_yaml(manifests))
 
-    @extend_schema(request=None, responses={200: JobDetailSerializer})
+    @extend_schema(
+        request=None,
+        responses={
+            200: JobDetailSerializer,
+            409: OpenApiResponse(
+                ApiErrorSerializer, description="The job is already finished or cancelled."
+            ),
+        },
+    )
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         """Cancel the job: its cluster objects are deleted; a finished job answers 409."""

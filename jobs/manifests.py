@@ -56,6 +56,9 @@ class JobManifestInput:
     max_runtime_seconds: int
     node_selector: dict[str, str] = field(default_factory=dict)  # the pool's labels, if chosen
     runtime_class: str = ""
+    # Pod Security "restricted": pods run as this uid/gid (the project's); None = "baseline",
+    # where the image's own user (root allowed) runs.
+    run_as_uid: int | None = None
 
 
 def object_name(job_id: int) -> str:
@@ -115,12 +118,27 @@ def _container(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[
     return container
 
 
+def _pod_security_context(spec: JobManifestInput) -> dict[str, Any]:
+    """Restricted: non-root as the project's uid/gid (OpenShift-style, so arbitrary images run
+    without root); baseline: the image's user. The container part (no escalation, no
+    capabilities, RuntimeDefault seccomp) is the same for both and meets restricted."""
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if spec.run_as_uid is not None:
+        context.update(
+            runAsNonRoot=True,
+            runAsUser=spec.run_as_uid,
+            runAsGroup=spec.run_as_uid,
+            fsGroup=spec.run_as_uid,
+        )
+    return context
+
+
 def _pod_spec(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": _pod_security_context(spec),
         "tolerations": [dict(GPU_TOLERATION)],
         "containers": [_container(spec, extra_env)],
     }

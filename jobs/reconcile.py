@@ -25,6 +25,7 @@ from django.utils import timezone
 from jobs.locking import JobBusy, job_lock
 from jobs.manifests import job_selector, object_name, primary_manifest
 from jobs.models import Job
+from jobs.redact import redact_text
 from jobs.selectors import job_manifests, jobs_to_resync
 from jobs.services import (
     InvalidTransition,
@@ -275,6 +276,8 @@ def _move(job: Job, reading: StatusReading) -> None:
 
 
 def _fail(job: Job, reason: str, message: str) -> None:
+    # The API server may quote an invalid env value; events and state are shown to viewers.
+    message = redact_text(message, job.env)
     try:
         job_transition(
             job,

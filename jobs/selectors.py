@@ -12,7 +12,7 @@ from jobs.states import ACTIVE
 from jobs.validation import PoolFacts
 from quotas import arithmetic, mig
 from quotas.models import DepartmentQuota, ProjectQuota
-from tenants.models import Project
+from tenants.models import PodSecurity, Project
 
 
 def job_list_visible_to(*, user: Any) -> QuerySet[Job]:
@@ -114,6 +114,7 @@ def manifest_input_for_job(job: Job, *, job_id: int | None = None) -> JobManifes
         max_runtime_seconds=job.max_runtime_minutes * 60,
         node_selector=dict(job.pool.node_labels or {}) if job.pool_id else {},
         runtime_class=runtime_class(),
+        run_as_uid=project.run_as_uid if project.pod_security == PodSecurity.RESTRICTED else None,
     )
 
 

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
-from quotas import mig
+from quotas import arithmetic, mig
 
 FULL_GPU = "gpu"
 KINDS = ("single", "mig", "gang")
@@ -49,6 +49,9 @@ FORBIDDEN_ENV_PREFIX = "NVIDIA_"
 GANG_RESERVED_ENV = frozenset(
     {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NNODES", "NPROC_PER_NODE"}
 )
+MIN_CPU = Decimal("0.001")
+MIN_MEMORY = 16 * 2**20
+MIN_MEMORY_TEXT = "16Mi"
 QUANTITY_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 
 
@@ -227,9 +230,25 @@ def _validate_scalars(req: JobRequest, result: ValidationResult) -> None:
     else:
         r.max_runtime_minutes = minutes
     for name, value in (("cpu", req.cpu), ("memory", req.memory)):
-        if value and (parse_quantity(value) is None or parse_quantity(value) <= 0):
+        if not value:
+            continue
+        amount = parse_quantity(value)
+        if amount is None or amount <= 0:
             example = "4 or 500m" if name == "cpu" else "64Gi"
             result.add(name, f"{value!r} is not a valid {name} quantity (e.g. {example}).")
+        elif name == "cpu" and (amount < MIN_CPU or not _whole(amount / MIN_CPU)):
+            result.add(
+                "cpu",
+                f"{value!r} is finer than 1m (0.001 CPU), the smallest CPU unit Kubernetes "
+                "schedules; use e.g. 500m or 2.",
+            )
+        elif name == "memory" and not _whole(amount):
+            result.add("memory", f"{value!r} is not a whole number of bytes; use e.g. 512Mi.")
+        elif name == "memory" and amount < MIN_MEMORY:
+            result.add(
+                "memory",
+                f"{value!r} is below {MIN_MEMORY_TEXT}, the least a container can start with.",
+            )
 
 
 def _validate_shape(req: JobRequest, result: ValidationResult) -> None:
@@ -355,6 +374,63 @@ def _check_admissible(
     return admissible
 
 
+def _whole(number: Decimal) -> bool:
+    # Not `number % 1`: modulo raises DivisionImpossible on numbers past 28 digits.
+    return number == number.to_integral_value()
+
+
+def format_quantity(amount: Decimal, name: str) -> str:
+    """Cores as '64' or '0.5'; bytes in the largest binary unit that keeps them whole."""
+    if name == "cpu":
+        return format(amount.normalize(), "f")
+    for unit, size in (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20)):
+        if amount >= size and _whole(amount / size):
+            return f"{(amount / size).to_integral_value()}{unit}"
+    return f"{format(amount.normalize(), 'f')} bytes"
+
+
+def _check_cpu_memory(
+    req: JobRequest, candidates: list[PoolFacts], result: ValidationResult
+) -> list[PoolFacts]:
+    """The pools whose ClusterQueue CPU and memory could ever admit the requested amounts."""
+    pods = result.resolved.replicas
+    fitting = list(candidates)
+    for name, value, attr in (
+        ("cpu", req.cpu, "default_cpu"),
+        ("memory", req.memory, "default_memory"),
+    ):
+        per_pod = parse_quantity(value) if value else None
+        if per_pod is None:
+            continue  # the pool's default, which always fits
+        limits = []
+        still = []
+        for pool in fitting:
+            share = arithmetic.cpu_memory_share(
+                per_gpu=parse_quantity(getattr(pool, attr)) or Decimal(0),
+                gpus_per_node=pool.gpus_per_node,
+                node_count=pool.node_count,
+            )
+            shortfall = arithmetic.cpu_memory_shortfall(per_pod=per_pod, pods=pods, share=share)
+            if shortfall is None:
+                still.append(pool)
+                continue
+            needed, available = shortfall
+            scope = "per pod (one node's share)" if needed == per_pod else "for the whole job"
+            limits.append(f"{format_quantity(available, name)} {scope} in pool {pool.slug}")
+        if not still:
+            unit = " CPU" if name == "cpu" else ""
+            total = format_quantity(per_pod * pods, name)
+            shape = f" ({pods} pods × {value})" if pods > 1 else ""
+            result.add(
+                name,
+                f"This job needs {total}{unit}{shape}, but project {req.project_slug} has "
+                f"available at most {'; '.join(limits)}, so it could never be admitted.",
+            )
+            return []
+        fitting = still
+    return fitting
+
+
 def _min_default(pools: list[PoolFacts], attr: str) -> str:
     values = [getattr(p, attr) for p in pools]
     return min(values, key=lambda v: parse_quantity(v) or Decimal(0))
@@ -377,6 +453,9 @@ def validate_job_request(req: JobRequest, pools: list[PoolFacts]) -> ValidationR
     if not candidates:
         return result
     admissible = _check_admissible(req, candidates, result)
+    if not admissible:
+        return result
+    admissible = _check_cpu_memory(req, admissible, result)
     if not admissible:
         return result
     r = result.resolved

@@ -11,6 +11,7 @@ from django.views import View
 from jobs.filters import JobFilter
 from jobs.forms import JobSubmitForm
 from jobs.render import manifests_yaml
+from jobs.redact import redact_manifests
 from jobs.selectors import job_events, job_list_visible_to, job_manifests
 from jobs.services import InvalidTransition, job_cancel, job_submit
 from tenants.permissions import can_write
@@ -42,7 +43,11 @@ class JobDetailView(LoginRequiredMixin, View):
         if request.htmx:
             # The polled state fragment; once finished it comes back without its trigger.
             return render(request, "jobs/partials/state.html", context)
-        context["manifest_yaml"] = manifests_yaml(job_manifests(job))
+        manifests = job_manifests(job)
+        if not context["can_write"]:
+            # Viewers see the env names, never the values (which may be credentials).
+            manifests = redact_manifests(manifests, job.env)
+        context["manifest_yaml"] = manifests_yaml(manifests)
         return render(request, "jobs/detail.html", context)
 
 

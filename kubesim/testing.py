@@ -96,7 +96,7 @@ class KubesimProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         log = open(self.log_file, "ab")  # noqa: SIM115 - kept open for the child's lifetime
-        self.process = subprocess.Popen(
+        self.process = subprocess.Popen(  # noqa: S603 - our own argv: sys.executable -m kubesim
             self.command(),
             stdout=subprocess.PIPE,
             stderr=log,
@@ -107,9 +107,10 @@ class KubesimProcess:
         ready = threading.Event()
 
         def read_stdout() -> None:
-            assert self.process is not None
-            assert self.process.stdout is not None
-            for raw in self.process.stdout:
+            process = self.process
+            if process is None or process.stdout is None:
+                raise RuntimeError("kubesim was not started with a stdout pipe")
+            for raw in process.stdout:
                 line = raw.decode(errors="replace").rstrip()
                 self._output.append(line)
                 if line.startswith("kubesim listening on "):

@@ -18,7 +18,7 @@ from django.apps import apps
 from django.conf import settings
 from django.db.models import Model, QuerySet
 from django.utils.module_loading import module_has_submodule
-from rest_framework import permissions, viewsets
+from rest_framework import exceptions, permissions, serializers, viewsets
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.routers import DefaultRouter
 
@@ -41,11 +41,79 @@ def load_api_modules() -> None:
 
 
 class PortalPagination(PageNumberPagination):
-    """?page=N, and ?page_size=M (at most 500) for scripts that want fewer round trips."""
+    """?page=N, and ?page_size=M (at most 500) for scripts that want fewer round trips.
+
+    Both must be whole numbers from 1 (page may also be "last"); anything else, or a page past
+    the last one, is a 400 naming the parameter, never a silent default or a 404.
+    """
 
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def get_page_size(self, request) -> int:
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        number = _positive_int(raw)
+        if number is None:
+            raise exceptions.ValidationError(
+                {
+                    self.page_size_query_param: [
+                        f"{raw!r} is not a page size: use a whole number from 1 to "
+                        f"{self.max_page_size}."
+                    ]
+                }
+            )
+        return min(number, self.max_page_size)
+
+    def paginate_queryset(self, queryset, request, view=None):
+        raw = request.query_params.get(self.page_query_param)
+        if raw is not None and raw not in self.last_page_strings and _positive_int(raw) is None:
+            raise exceptions.ValidationError(
+                {self.page_query_param: [f"{raw!r} is not a page number: use 1, 2, … or 'last'."]}
+            )
+        try:
+            return super().paginate_queryset(queryset, request, view)
+        except exceptions.NotFound:
+            pages = self.django_paginator_class(queryset, self.get_page_size(request)).num_pages
+            raise exceptions.ValidationError(
+                {self.page_query_param: [f"Page {raw} does not exist; the last page is {pages}."]}
+            ) from None
+
+    def get_schema_operation_parameters(self, view):
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_query_param:
+                parameter["description"] = "Page number from 1 (a page past the last is a 400)."
+                parameter["schema"] = {"type": "integer", "minimum": 1}
+            elif parameter["name"] == self.page_size_query_param:
+                parameter["description"] = (
+                    f"Results per page, 1 to {self.max_page_size} (larger values are capped)."
+                )
+                parameter["schema"] = {"type": "integer", "minimum": 1}
+        return parameters
+
+
+def _positive_int(raw: str) -> int | None:
+    text = raw.strip()
+    # A length cap keeps int() away from its 4,300-digit limit (a ValueError, so a 500).
+    if not text.isascii() or not text.isdigit() or len(text) > 12:
+        return None
+    number = int(text)
+    return number if number >= 1 else None
+
+
+class StrictCharField(serializers.CharField):
+    """A string field that refuses numbers instead of quietly turning 0 into "0" (the schema
+    says string; a client sending a number has a bug worth hearing about)."""
+
+    default_error_messages = {"invalid": "Not a valid string: send text in quotes."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
 
 
 def project_of(obj: Model, project_field: str) -> Any:

@@ -12,11 +12,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS as DJANGO_NON_FIELD
-from django.core.exceptions import ObjectDoesNotExist
+from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError
 from django.db.models import ProtectedError, RestrictedError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults as django_defaults
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
@@ -119,8 +122,11 @@ class PortalAutoSchema(AutoSchema):
             return responses
         writes = self.method in ("POST", "PUT", "PATCH", "DELETE")
         filtered = self.method == "GET" and getattr(self.view, "filterset_class", None)
+        paginated = self._is_list_view() and getattr(self.view, "pagination_class", None)
         error_codes = {
-            "400": "Invalid input: `errors` names each bad field." if writes or filtered else "",
+            "400": "Invalid input: `errors` names each bad field."
+            if writes or filtered or paginated
+            else "",
             "401": "Not signed in: send a session cookie or `Authorization: Token <token>`.",
             "403": "Your role in the project does not allow this." if writes else "",
             "404": "No such object, or it belongs to a project you are not a member of."
@@ -133,3 +139,63 @@ class PortalAutoSchema(AutoSchema):
                 response["description"] = description
                 responses[code] = response
         return responses
+
+
+# --- errors Django answers before (or instead of) a DRF view ------------------------------------
+API_PREFIX = "/api/"
+
+
+def is_api_request(request: HttpRequest) -> bool:
+    return request.path.startswith(API_PREFIX)
+
+
+def api_error_response(status_code: int, detail: str) -> JsonResponse:
+    return JsonResponse({"detail": detail, "errors": {}}, status=status_code)
+
+
+def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if isinstance(exception, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        detail = f"The request body is larger than {limit} bytes."
+        if is_api_request(request):
+            return api_error_response(413, detail)
+        return HttpResponse(detail, status=413, content_type="text/plain; charset=utf-8")
+    if is_api_request(request):
+        return api_error_response(400, "Bad request.")
+    return django_defaults.bad_request(request, exception)
+
+
+def handler403(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if is_api_request(request):
+        return api_error_response(403, "You do not have permission to perform this action.")
+    return django_defaults.permission_denied(request, exception)
+
+
+def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if is_api_request(request):
+        return api_error_response(404, f"No API endpoint or object at {request.path}.")
+    return django_defaults.page_not_found(request, exception)
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    if is_api_request(request):
+        return api_error_response(500, "Server error; it has been logged.")
+    return django_defaults.server_error(request)
+
+
+def document_empty_filters(result: dict, generator, request, public) -> dict:
+    """drf-spectacular hook: a filter given empty (`?kind=`) means "no filter", as the HTML
+    forms that share the FilterSets send it; say so in each enum query parameter."""
+    for path_item in result.get("paths", {}).values():
+        for operation in path_item.values():
+            for parameter in operation.get("parameters", []) if isinstance(operation, dict) else []:
+                if parameter.get("in") != "query":
+                    continue
+                schema = parameter.get("schema", {})
+                target = schema.get("items", schema) if schema.get("type") == "array" else schema
+                if "enum" in target and "" not in target["enum"]:
+                    target["enum"] = [*target["enum"], ""]
+                    parameter["description"] = (
+                        parameter.get("description", "") + "\n\nEmpty: no filter."
+                    ).strip()
+    return result

@@ -7,6 +7,7 @@ KUBECONFIG (or PORTAL_KUBE_IN_CLUSTER=true).
 """
 
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -19,10 +20,17 @@ env = environ.Env()
 # Where the embedded defaults keep their files: SQLite, the filesystem broker, kubesim's state.
 VAR_DIR = Path(env.str("PORTAL_VAR_DIR", default=str(VAR_DIR)))
 
-DEBUG = env.bool("DEBUG", default=True)
+# PORTAL_ENV=production (set by the Dockerfile and docker-compose.yml) makes DEBUG default to off
+# and refuses to start with DEBUG on: the debug pages show settings, SQL and tracebacks.
+PORTAL_ENV = env.str("PORTAL_ENV", default="development")
+if PORTAL_ENV not in ("development", "production"):
+    sys.exit(f"PORTAL_ENV must be 'development' or 'production', not {PORTAL_ENV!r}.")
+DEBUG = env.bool("DEBUG", default=PORTAL_ENV != "production")
+if DEBUG and PORTAL_ENV == "production":
+    sys.exit("DEBUG is on but PORTAL_ENV=production: refusing to start (set DEBUG=false).")
 
 # The development key is refused outside DEBUG, so a forgotten variable cannot reach production.
-_DEV_SECRET_KEY = "django-insecure-gpu-portal-development-key-do-not-use-in-production"
+_DEV_SECRET_KEY = "django-insecure-gpu-portal-development-key-do-not-use-in-production"  # noqa: S105
 SECRET_KEY = env.str("SECRET_KEY", default="")
 if not SECRET_KEY:
     if not DEBUG:
@@ -106,7 +114,7 @@ STORAGES = {
         "BACKEND": (
             "django.contrib.staticfiles.storage.StaticFilesStorage"
             if DEBUG
-            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            else "portal.storage.ForgivingManifestStaticFilesStorage"
         )
     },
 }
@@ -137,6 +145,16 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "portal.api_errors.PortalAutoSchema",
     "EXCEPTION_HANDLER": "portal.api_errors.exception_handler",
+    # Bodies are checked for text PostgreSQL cannot store and for absurd nesting (400, not 500).
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.api_io.PortalJSONParser",
+        "portal.api_io.PortalFormParser",
+        "portal.api_io.PortalMultiPartParser",
+    ],
+    "DEFAULT_RENDERER_CLASSES": [
+        "portal.api_io.PortalJSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
 }
 
 SPECTACULAR_SETTINGS = {
@@ -144,6 +162,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Projects, GPU quotas and training jobs on Kubernetes.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "portal.api_errors.document_empty_filters",
+    ],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
@@ -156,10 +178,25 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# Personal API tokens expire after this many days unless their creator picks another lifetime
+# (0 = never, which only this setting can choose).
+PORTAL_TOKEN_TTL_DAYS = env.int("PORTAL_TOKEN_TTL_DAYS", default=90)
+if PORTAL_TOKEN_TTL_DAYS < 0:
+    sys.exit("PORTAL_TOKEN_TTL_DAYS must be 0 (never expire) or a number of days.")
 REST_KNOX = {
-    "TOKEN_TTL": None,
+    "TOKEN_TTL": timedelta(days=PORTAL_TOKEN_TTL_DAYS) if PORTAL_TOKEN_TTL_DAYS else None,
     "AUTO_REFRESH": False,
 }
+
+# Pod Security level of new projects' namespaces: "restricted" (pods run as the project's own
+# non-root uid, no privilege escalation, all capabilities dropped) or "baseline" (images may run
+# as root). Each project can be switched in the admin; existing projects keep theirs.
+PORTAL_DEFAULT_POD_SECURITY = env.str("PORTAL_DEFAULT_POD_SECURITY", default="restricted")
+if PORTAL_DEFAULT_POD_SECURITY not in ("restricted", "baseline"):
+    sys.exit(
+        "PORTAL_DEFAULT_POD_SECURITY must be 'restricted' or 'baseline', "
+        f"not {PORTAL_DEFAULT_POD_SECURITY!r}."
+    )
 
 # Celery. The embedded default is a filesystem broker so the demo needs no broker server;
 # production sets CELERY_BROKER_URL=redis://...

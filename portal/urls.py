@@ -20,3 +20,9 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("healthz", healthz, name="healthz"),
 ]
+
+# /api/ answers its errors in the API's JSON shape, even those Django raises before a view.
+handler400 = "portal.api_errors.handler400"
+handler403 = "portal.api_errors.handler403"
+handler404 = "portal.api_errors.handler404"
+handler500 = "portal.api_errors.handler500"

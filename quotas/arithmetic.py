@@ -37,6 +37,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from quotas import mig
 
@@ -356,3 +357,35 @@ def resource_sort_key(resource: str) -> tuple[int, int, int, str]:
     if match is None:
         return (2, 0, 0, resource)
     return (1, int(match.group(1)), int(match.group(2)), resource)
+
+
+# --- CPU and memory ------------------------------------------------------------------------------
+# They are not rationed separately: each GPU of a pool brings the pool's default CPU and memory
+# per pod. quotas.manifests.cluster_queue gives each project's ClusterQueue, per pool, the default
+# × the pool's GPUs as nominal CPU and memory, so that is the most a job can be admitted with; one
+# pod can use at most one node's worth, the default × GPUs per node.
+@dataclass(frozen=True)
+class CpuMemoryShare:
+    """The most CPU (cores) or memory (bytes) one pod, and one job, can have in a pool."""
+
+    per_pod: Decimal
+    per_job: Decimal
+
+
+def cpu_memory_share(*, per_gpu: Decimal, gpus_per_node: int, node_count: int) -> CpuMemoryShare:
+    """CPU or memory a pool's ClusterQueue covers, from the pool's default per GPU."""
+    return CpuMemoryShare(
+        per_pod=per_gpu * gpus_per_node, per_job=per_gpu * gpus_per_node * node_count
+    )
+
+
+def cpu_memory_shortfall(
+    *, per_pod: Decimal, pods: int, share: CpuMemoryShare
+) -> tuple[Decimal, Decimal] | None:
+    """None if `pods` pods of `per_pod` each fit the share; else (needed, available) for the
+    first bound broken (per pod, then the whole job)."""
+    if per_pod > share.per_pod:
+        return per_pod, share.per_pod
+    if per_pod * pods > share.per_job:
+        return per_pod * pods, share.per_job
+    return None

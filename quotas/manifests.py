@@ -95,6 +95,7 @@ class ProjectSpec:
     namespace: str
     department_slug: str
     quotas: tuple[QuotaAmount, ...] = ()
+    pod_security: str = "restricted"  # the Pod Security level the namespace enforces
 
 
 @dataclass(frozen=True)
@@ -284,8 +285,9 @@ def namespace(project: ProjectSpec) -> dict[str, Any]:
             "name": project.namespace,
             "labels": {
                 **_project_labels(project),
-                # Portal pods meet "baseline"; warn on anything short of "restricted".
-                "pod-security.kubernetes.io/enforce": "baseline",
+                # The project's choice; portal pods are built to meet it (jobs/manifests.py).
+                # Warn on anything short of "restricted" either way.
+                "pod-security.kubernetes.io/enforce": project.pod_security,
                 "pod-security.kubernetes.io/warn": "restricted",
             },
         },

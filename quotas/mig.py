@@ -62,7 +62,8 @@ class MigProfile:
     def memory_gb(self) -> int:
         """The memory figure in the profile name (GB as NVIDIA rounds it)."""
         match = PROFILE_RE.match(self.name)
-        assert match is not None  # the table only holds valid names
+        if match is None:  # the table only holds valid names
+            raise ValueError(f"{self.name!r} is not a MIG profile name")
         return int(match.group(2))
 
 
@@ -289,9 +290,9 @@ def profile_info(gpu_model: str, profile: str) -> MigProfile:
     """The table row of a profile; raises ValueError like validate_profile when it is not valid."""
     validate_profile(gpu_model, profile)
     family = family_for_model(gpu_model)
-    assert family is not None
-    found = family.profile(profile)
-    assert found is not None
+    found = family.profile(profile) if family is not None else None
+    if found is None:  # validate_profile passed, so the tables disagree with themselves
+        raise ValueError(f"{profile} has no table row for {gpu_model}")
     return found
 
 
@@ -340,9 +341,10 @@ def layout_fits(gpu_model: str, profiles: Mapping[str, int] | Iterable[str]) -> 
     counts = Counter(dict(profiles)) if isinstance(profiles, Mapping) else Counter(profiles)
     family = family_for_model(gpu_model)
     rows = [profile_info(gpu_model, name) for name, n in counts.items() for _ in range(n)]
-    assert family is not None or not rows
     if not rows:
         return True
+    if family is None:  # profile_info raised already for a model without MIG
+        raise ValueError(f"{gpu_model} does not support MIG")
     if sum(1 for row in rows if row.media_extensions) > 1:
         return False
     if sum(row.compute_slices for row in rows) > family.compute_slices:

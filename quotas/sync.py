@@ -101,6 +101,7 @@ def quota_model() -> qm.QuotaModel:
                 slug=p.slug,
                 namespace=p.namespace,
                 department_slug=p.department.slug,
+                pod_security=p.pod_security,
                 quotas=tuple(
                     qm.QuotaAmount(
                         pool_slug=r.pool_slug,

@@ -140,7 +140,14 @@ class ProjectQuotaInline(admin.TabularInline):
 class ProjectForm(forms.ModelForm):
     class Meta:
         model = Project
-        fields = ("slug", "name", "department", "description", "default_gang_backend")
+        fields = (
+            "slug",
+            "name",
+            "department",
+            "description",
+            "default_gang_backend",
+            "pod_security",
+        )
 
     def _post_clean(self) -> None:
         super()._post_clean()  # the row's own checks (slug)
@@ -151,15 +158,27 @@ class ProjectForm(forms.ModelForm):
 @admin.register(Project)
 class ProjectAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
     form = ProjectForm
-    list_display = ("slug", "name", "department", "namespace", "member_count", "quota_summary")
-    list_filter = ("department",)
+    list_display = (
+        "slug",
+        "name",
+        "department",
+        "namespace",
+        "pod_security",
+        "member_count",
+        "quota_summary",
+    )
+    list_filter = ("department", "pod_security")
     search_fields = ("slug", "name", "namespace")
     list_select_related = ("department",)
     inlines = (MembershipInline, ProjectQuotaInline)
 
     def get_readonly_fields(self, request, obj=None):
         # The slug names the namespace and queues; renaming a live project would orphan them.
-        return ("slug", "namespace") if obj is not None else ("namespace",)
+        return ("slug", "namespace", "pod_uid") if obj is not None else ("namespace",)
+
+    @admin.display(description="pod uid/gid (restricted)")
+    def pod_uid(self, project: Project) -> str:
+        return str(project.run_as_uid) if project.pk else "assigned on save"
 
     def get_queryset(self, request):
         return (

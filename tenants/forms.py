@@ -5,29 +5,38 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django import forms
+from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from tenants.models import Role
 
-# Lifetimes offered for personal API tokens, in days ("" = never expires).
+# Lifetimes offered for personal API tokens, in days; "" = the site's default
+# (PORTAL_TOKEN_TTL_DAYS). Every token expires unless the site disables expiry.
 TOKEN_LIFETIMES = [
+    ("7", "7 days"),
     ("30", "30 days"),
     ("90", "90 days"),
     ("365", "1 year"),
-    ("", "Never expires"),
 ]
+
+
+def _lifetime_choices() -> list[tuple[str, str]]:
+    days = settings.PORTAL_TOKEN_TTL_DAYS
+    default = f"{days} days" if days else "never expires"
+    return [("", f"Site default ({default})"), *TOKEN_LIFETIMES]
 
 
 class TokenCreateForm(forms.Form):
     expires_in_days = forms.ChoiceField(
-        choices=TOKEN_LIFETIMES,
-        initial="90",
+        choices=_lifetime_choices,
+        initial="",
         required=False,
         label="Expires after",
-        help_text="A token that never expires is convenient for scripts; revoke it when unused.",
+        help_text="Revoke a token as soon as no script uses it.",
     )
 
     def expires_in(self) -> timedelta | None:
+        """The chosen lifetime; None = the site default (see tenants.services.token_create)."""
         days = self.cleaned_data.get("expires_in_days")
         return timedelta(days=int(days)) if days else None
 

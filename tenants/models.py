@@ -49,6 +49,33 @@ class GangBackend(models.TextChoices):
     VOLCANO = "volcano", "Volcano"
 
 
+class PodSecurity(models.TextChoices):
+    """The Pod Security Standard a project's namespace enforces (and its pods are built for)."""
+
+    RESTRICTED = "restricted", "Restricted: pods run as the project's own non-root uid"
+    BASELINE = "baseline", "Baseline: images may run as root (for images that need it)"
+
+
+def default_pod_security() -> str:
+    return settings.PORTAL_DEFAULT_POD_SECURITY
+
+
+# Each project owns a block of uids/gids, as OpenShift gives each namespace one: deterministic
+# (from the primary key, never reused), non-overlapping, and above every uid a base image or a
+# host account uses. Restricted pods run as the block's first uid, gid and fsGroup.
+PROJECT_UID_BASE = 1_000_000_000
+PROJECT_UID_BLOCK = 10_000
+_UID_MAX = 2**31 - 1
+
+
+def project_uid_range(project_id: int) -> range:
+    """The uids (and gids) that belong to the project with this primary key."""
+    start = PROJECT_UID_BASE + project_id * PROJECT_UID_BLOCK
+    if project_id < 1 or start + PROJECT_UID_BLOCK - 1 > _UID_MAX:
+        raise ValueError(f"project id {project_id} has no uid range (1 to 114,748 do)")
+    return range(start, start + PROJECT_UID_BLOCK)
+
+
 class Project(models.Model):
     slug = models.CharField(
         max_length=PROJECT_SLUG_MAX,
@@ -70,6 +97,14 @@ class Project(models.Model):
     default_gang_backend = models.CharField(
         max_length=16, choices=GangBackend.choices, default=GangBackend.KUEUE
     )
+    pod_security = models.CharField(
+        max_length=16,
+        choices=PodSecurity.choices,
+        default=default_pod_security,
+        help_text="Restricted runs every pod as the project's uid/gid, non-root, with no "
+        "privilege escalation and no capabilities; choose baseline only for images that "
+        "must run as root.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = ProjectQuerySet.as_manager()
@@ -90,6 +125,11 @@ class Project(models.Model):
                     "that prefix names the departments' queues in the cluster."
                 }
             )
+
+    @property
+    def run_as_uid(self) -> int | None:
+        """The uid, gid and fsGroup of the project's pods under `restricted` (None unsaved)."""
+        return project_uid_range(self.pk).start if self.pk else None
 
 
 class Role(models.TextChoices):

@@ -12,6 +12,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from knox.models import AuthToken
@@ -24,7 +25,7 @@ audit = logging.getLogger("portal.audit")
 
 DEPARTMENT_FIELDS = ("name", "description")
 # The slug is fixed once a project exists: it names the namespace and the queues.
-PROJECT_FIELDS = ("name", "description", "department", "default_gang_backend")
+PROJECT_FIELDS = ("name", "description", "department", "default_gang_backend", "pod_security")
 
 
 def _actor_name(actor: Any) -> str:
@@ -94,8 +95,10 @@ def project_create(
     department: Department,
     description: str = "",
     default_gang_backend: str = GangBackend.KUEUE,
+    pod_security: str | None = None,
 ) -> Project:
-    """Create a project; its namespace follows from the slug (the quota sync creates it)."""
+    """Create a project; its namespace follows from the slug (the quota sync creates it).
+    Without `pod_security` it gets the site default (PORTAL_DEFAULT_POD_SECURITY)."""
     _require_staff(actor, "create projects")
     project = Project(
         slug=slug,
@@ -104,6 +107,8 @@ def project_create(
         description=description,
         default_gang_backend=default_gang_backend,
     )
+    if pod_security is not None:
+        project.pod_security = pod_security
     project.full_clean()
     project.save()
     audit.info(
@@ -269,11 +274,21 @@ def membership_remove(*, actor: Any, membership: Membership) -> None:
     )
 
 
-def token_create(*, actor: Any, expires_in: timedelta | None) -> tuple[Any, str]:
+def default_token_lifetime() -> timedelta | None:
+    """PORTAL_TOKEN_TTL_DAYS (90 by default); None only when the site set it to 0 (never)."""
+    days = settings.PORTAL_TOKEN_TTL_DAYS
+    return timedelta(days=days) if days else None
+
+
+def token_create(*, actor: Any, expires_in: timedelta | None = None) -> tuple[Any, str]:
     """Issue a personal API token for `actor`; returns the stored row and the secret.
 
-    Only a hash is stored, so the secret can be shown once and never again.
+    Only a hash is stored, so the secret can be shown once and never again. Without
+    `expires_in` the token gets the site's default lifetime: tokens do not live forever unless
+    the site says so.
     """
+    if expires_in is None:
+        expires_in = default_token_lifetime()
     if expires_in is not None and expires_in <= timedelta(0):
         raise ValidationError({"expires_in": ["A token must expire in the future."]})
     token, secret = AuthToken.objects.create(user=actor, expiry=expires_in)

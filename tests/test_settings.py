@@ -77,3 +77,49 @@ def test_collectstatic_works_with_the_production_storage(tmp_path):
     manifest = (tmp_path / "staticfiles.json").read_text()
     assert "vendor/htmx-2.0.11.min.js" in manifest
     assert "css/portal.css" in manifest
+
+
+def test_production_refuses_to_start_with_debug_on():
+    result = _manage("check", env=_production_env(PORTAL_ENV="production", DEBUG="true"))
+    assert result.returncode != 0
+    reason = result.stderr.strip()
+    assert len(reason.splitlines()) == 1, reason
+    assert "DEBUG" in reason, reason
+    assert "PORTAL_ENV=production" in reason, reason
+
+
+def test_production_turns_debug_off_by_default():
+    env = _production_env(PORTAL_ENV="production", DEBUG=None)
+    result = _manage("check", "--deploy", "--fail-level", "WARNING", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Without PORTAL_ENV the demo's default (DEBUG on) holds.
+    shell = "from django.conf import settings; print(settings.DEBUG)"
+    demo_env = _production_env(DEBUG=None, SECRET_KEY=None)
+    demo = _manage("shell", "--no-imports", "-c", shell, env=demo_env)
+    assert demo.stdout.strip().splitlines()[-1] == "True", demo.stderr
+
+
+def test_the_production_image_and_compose_file_say_production():
+    import yaml
+
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    environment = compose["x-portal"]["environment"]
+    assert environment["PORTAL_ENV"] == "production"
+    assert environment["DEBUG"] == "false"
+    for service in ("migrate", "web", "worker", "beat"):
+        assert compose["services"][service]["environment"]["PORTAL_ENV"] == "production"
+    assert "PORTAL_ENV=production" in (REPO / "Dockerfile").read_text()
+
+
+def test_html_404_without_collectstatic_is_still_a_404(db, settings, tmp_path, client):
+    # DEBUG off with the production storage and an empty STATIC_ROOT (no collectstatic): the
+    # strict manifest used to raise while rendering 404.html, turning every 404 into a 500.
+    settings.DEBUG = False
+    settings.STATIC_ROOT = tmp_path
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "portal.storage.ForgivingManifestStaticFilesStorage"},
+    }
+    response = client.get("/no-such-page/")
+    assert response.status_code == 404
+    assert b"/static/css/portal.css" in response.content  # linked unhashed

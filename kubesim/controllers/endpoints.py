@@ -18,7 +18,7 @@ FIELD_MANAGER = "endpoint-controller"
 
 
 def service_defaults(store):
-    rng = random.Random(0)
+    rng = random.Random(0)  # noqa: S311 - reproducible simulated ClusterIPs, not a secret
 
     def taken() -> set[str]:
         return {

@@ -24,7 +24,7 @@ from tenants import services as tenant_services
 from tenants.models import Department, Membership, Project, Role
 
 SUPERUSER = ("admin", "admin-demo-password")
-USER_PASSWORD = "demo-password"
+USER_PASSWORD = "demo-password"  # noqa: S105 - the demo's published sign-in, shown on its page
 
 DEPARTMENTS = [
     ("research", "Research", "Foundation models and computer vision research."),

@@ -110,9 +110,10 @@ def test_pagination(personas, api_client_for):
     third = client.get(first["next"].replace("page=2", "page=3")).json()
     assert [p["slug"] for p in third["results"]] == ["extra-2"]
     assert third["next"] is None
+    # A page past the last one is a bad parameter (400 naming it), like page=0 or page_size=x.
     bad_page = client.get("/api/v1/projects/", {"page": 99})
-    assert bad_page.status_code == 404
-    assert bad_page.json()["detail"] == "Invalid page."
+    assert bad_page.status_code == 400
+    assert bad_page.json()["errors"] == {"page": ["Page 99 does not exist; the last page is 1."]}
 
 
 def _many_projects(member, count: int) -> None:

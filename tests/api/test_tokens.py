@@ -56,15 +56,41 @@ def test_garbage_token_is_a_401(personas):
     assert _token_client("not-a-token").get("/api/v1/projects/").status_code == 401
 
 
-def test_issue_token_prints_a_working_token(personas):
-    out = StringIO()
-    call_command("issue_token", "bob", stdout=out)
+def test_issue_token_prints_a_working_token_that_expires_by_default(personas):
+    out, err = StringIO(), StringIO()
+    call_command("issue_token", "bob", stdout=out, stderr=err)
     secret = out.getvalue().strip()
     assert len(secret) == 64
     response = _token_client(secret).get("/api/v1/projects/alpha/")
     assert response.status_code == 200
     assert response.json()["my_role"] == "member"
-    assert AuthToken.objects.get(user=personas.member).expiry is None
+    token = AuthToken.objects.get(user=personas.member)
+    assert timedelta(days=89) < token.expiry - token.created <= timedelta(days=90)
+    assert f"expires {token.expiry:%Y-%m-%d %H:%M} UTC" in err.getvalue()
+
+
+def test_token_lifetime_follows_the_setting(personas, settings):
+    settings.PORTAL_TOKEN_TTL_DAYS = 7
+    err = StringIO()
+    call_command("issue_token", "bob", stdout=StringIO(), stderr=err)
+    token = AuthToken.objects.get(user=personas.member)
+    assert timedelta(days=6) < token.expiry - token.created <= timedelta(days=7)
+    settings.PORTAL_TOKEN_TTL_DAYS = 0  # the site turned expiry off
+    call_command("issue_token", "alice", stdout=StringIO(), stderr=err)
+    assert AuthToken.objects.get(user=personas.admin).expiry is None
+    assert "never expires" in err.getvalue()
+
+
+def test_profile_page_shows_each_tokens_expiry(personas, web_client_for):
+    client = web_client_for(personas.member)
+    page = client.get("/profile/").content.decode()
+    assert "Site default (90 days)" in page
+    assert "Never expires" not in page  # no longer offered
+    response = client.post("/profile/", {"expires_in_days": ""})
+    assert response.status_code == 200
+    token = AuthToken.objects.get(user=personas.member)
+    assert timedelta(days=89) < token.expiry - token.created <= timedelta(days=90)
+    assert f"{token.expiry:%Y-%m-%d %H:%M} UTC" in response.content.decode()
 
 
 def test_issue_token_with_expiry(personas):

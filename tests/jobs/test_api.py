@@ -126,7 +126,8 @@ def test_manifest_endpoint_returns_yaml_the_reconciler_applies(personas, api_cli
     created = client.post(URL, payload(kind="mig", gpus=None, mig_profile="1g.10gb"), format="json")
     assert created.status_code == 201, created.json()
     job_id = created.json()["id"]
-    response = api_client_for(personas.viewer).get(f"{URL}{job_id}/manifest/")
+    # A member (a viewer gets the env values hidden: tests/api/test_env_hidden.py).
+    response = api_client_for(personas.member).get(f"{URL}{job_id}/manifest/")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("application/yaml")
     docs = list(yaml.safe_load_all(response.content))

@@ -20,6 +20,7 @@ def _management(prefix: str, total: int = 0, initial: int = 0) -> dict[str, str]
 def _project_post(department, *, slug="robotics", quotas=(), memberships=()) -> dict[str, str]:
     data = {"slug": slug, "name": "Robotics", "department": str(department.pk), "description": ""}
     data["default_gang_backend"] = "kueue"
+    data["pod_security"] = "restricted"
     data.update(_management("memberships", len(memberships)))
     for i, (user, role) in enumerate(memberships):
         data[f"memberships-{i}-user"] = str(user.pk)
@@ -207,6 +208,7 @@ def test_changing_a_project_keeps_its_slug_and_validates_inline_quotas(demo, sta
     memberships = list(project.memberships.order_by("pk"))
     data = {"name": "Speech & Audio", "department": str(project.department_id), "description": ""}
     data["default_gang_backend"] = "kueue"
+    data["pod_security"] = "restricted"
     data.update(_management("memberships", len(memberships), len(memberships)))
     for i, membership in enumerate(memberships):
         data[f"memberships-{i}-id"] = str(membership.pk)

@@ -18,7 +18,13 @@ def test_token_is_stored_only_as_a_hash(personas):
     assert token.expiry - timezone.now() > timedelta(days=29)
 
 
-def test_token_without_expiry(personas):
+def test_token_without_a_lifetime_gets_the_default(personas):
+    token, _ = token_create(actor=personas.member, expires_in=None)
+    assert timedelta(days=89) < token.expiry - timezone.now() <= timedelta(days=90)
+
+
+def test_token_never_expires_only_when_the_site_says_so(personas, settings):
+    settings.PORTAL_TOKEN_TTL_DAYS = 0
     token, _ = token_create(actor=personas.member, expires_in=None)
     assert token.expiry is None
 

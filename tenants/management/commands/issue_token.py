@@ -22,7 +22,7 @@ class Command(BaseCommand):
             "--expires-in-days",
             type=int,
             default=None,
-            help="Days until the token expires (default: it never expires).",
+            help="Days until the token expires (default: PORTAL_TOKEN_TTL_DAYS, 90).",
         )
 
     def handle(self, *args, username: str, expires_in_days: int | None, **options) -> None:
@@ -36,5 +36,9 @@ class Command(BaseCommand):
         if expires_in_days is not None and expires_in_days < 1:
             raise CommandError("--expires-in-days must be at least 1.")
         expires_in = timedelta(days=expires_in_days) if expires_in_days else None
-        _, secret = token_create(actor=user, expires_in=expires_in)
+        token, secret = token_create(actor=user, expires_in=expires_in)
+        # The secret alone on stdout (for `TOKEN=$(manage.py issue_token ...)`); the expiry
+        # on stderr, where a person sees it.
         self.stdout.write(secret)
+        expiry = f"expires {token.expiry:%Y-%m-%d %H:%M} UTC" if token.expiry else "never expires"
+        self.stderr.write(f"Token {token.token_key}… for {username} {expiry}.")
