@@ -64,6 +64,7 @@ class PoolFacts:
     default_cpu: str
     default_memory: str
     maximum: dict[str, int] = field(default_factory=dict)  # resource ("gpu"/profile) → maximum
+    guaranteed: dict[str, int] = field(default_factory=dict)  # resource → nominal (guaranteed)
 
 
 @dataclass(frozen=True)
@@ -355,6 +356,20 @@ def _check_admissible(
     return admissible
 
 
+def choose_gang_pool(pools: list[PoolFacts], resource: str = FULL_GPU) -> PoolFacts:
+    """The one pool a Volcano gang is pinned to when the user named none.
+
+    Volcano queues cannot hold per-pool quota, so a gang must never span or float between pools:
+    the portal picks the eligible pool where the project is guaranteed the most of the resource
+    (the gang is least likely to wait or be reclaimed there), then the one with the highest
+    maximum, then the first slug, so the same request always lands in the same pool.
+    """
+    return min(
+        pools,
+        key=lambda p: (-p.guaranteed.get(resource, 0), -p.maximum.get(resource, 0), p.slug),
+    )
+
+
 def _min_default(pools: list[PoolFacts], attr: str) -> str:
     values = [getattr(p, attr) for p in pools]
     return min(values, key=lambda v: parse_quantity(v) or Decimal(0))
@@ -380,6 +395,9 @@ def validate_job_request(req: JobRequest, pools: list[PoolFacts]) -> ValidationR
     if not admissible:
         return result
     r = result.resolved
+    if req.kind == "gang" and r.backend == "volcano":
+        admissible = [choose_gang_pool(admissible)]
+    # Written into the pods as a required node affinity: Kueue may only pick these pools' flavors.
     r.eligible_pools = [p.slug for p in admissible]
     # Defaults per pool; with several eligible pools, the smallest default fits any of them.
     r.cpu = req.cpu or _min_default(admissible, "default_cpu")

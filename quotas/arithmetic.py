@@ -147,6 +147,25 @@ def usable_amounts(
     }
 
 
+def department_usable(quotas: Iterable[QuotaEntry]) -> dict[tuple[str, str, str], UsableAmount]:
+    """What a whole department can use, keyed by cohort (department, pool, resource).
+
+    Its projects borrow only from each other (never across departments), so together they can
+    never hold more than the sum of their nominal quotas: that sum is both the department's
+    guarantee and its maximum. (A department cap bounds that sum; a cap below it is a violation
+    reported by department_cap_violations, not a lower maximum, since Kueue lends what is
+    nominal.) Volcano: the department queue's ``deserved`` and ``capability``.
+
+    >>> department_usable([QuotaEntry("a", "d", "h100", "gpu", 8, 4),
+    ...                    QuotaEntry("b", "d", "h100", "gpu", 6, None)])
+    {('d', 'h100', 'gpu'): UsableAmount(guaranteed=14, maximum=14)}
+    """
+    return {
+        cohort: UsableAmount(guaranteed=total, maximum=total)
+        for cohort, total in cohort_nominals(quotas).items()
+    }
+
+
 @dataclass(frozen=True)
 class CapViolation:
     """A department cap that its projects' nominal quotas exceed."""

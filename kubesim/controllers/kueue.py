@@ -1145,6 +1145,7 @@ class KueueController:
                     requests=requests_of_pod_spec(pod_spec),
                     node_selector=pod_spec.get("nodeSelector") or {},
                     tolerations=pod_spec.get("tolerations") or [],
+                    node_affinity_terms=_required_node_affinity_terms(pod_spec),
                 )
             )
         timestamp = _parse_time(obj["metadata"].get("creationTimestamp"))
@@ -1712,6 +1713,14 @@ def _visibility_resources() -> list[dict]:
             "verbs": ["get"],
         },
     ]
+
+
+def _required_node_affinity_terms(pod_spec: dict) -> list | None:
+    """The pod's required node affinity terms (None: no required node affinity)."""
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    return required.get("nodeSelectorTerms")
 
 
 def _restore_map(current: dict | None, original: dict | None) -> dict | None:

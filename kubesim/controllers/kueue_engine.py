@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from kubesim.controllers.kueue_quantity import format_milli
+from kubesim.controllers.scheduler import matches_node_affinity
 
 FlavorResource = tuple[str, str]
 
@@ -105,6 +106,8 @@ class PodSet:
     requests: dict[str, int]  # per pod, milli-units
     node_selector: dict = field(default_factory=dict)
     tolerations: list = field(default_factory=list)
+    # spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
+    node_affinity_terms: list | None = None
 
     def total(self) -> dict[str, int]:
         return {r: v * self.count for r, v in self.requests.items() if v > 0}
@@ -647,10 +650,35 @@ def _flavor_mismatch(flavor: Flavor, ps: PodSet) -> str | None:
                 else (f"{taint.get('key')}:{taint.get('effect')}")
             )
             return f"untolerated taint {shown} in flavor {flavor.name}"
-    for key, value in ps.node_selector.items():
-        if key in flavor.node_labels and flavor.node_labels[key] != value:
-            return f"flavor {flavor.name} doesn't match node affinity"
+    if not flavor_matches_node_affinity(flavor, ps):
+        return f"flavor {flavor.name} doesn't match node affinity"
     return None
+
+
+def flavor_matches_node_affinity(flavor: Flavor, ps: PodSet) -> bool:
+    """Kueue v0.19's flavorSelector: the pod set's nodeSelector and required node affinity, cut
+    down to the keys this flavor's nodeLabels use, must match a node labelled like the flavor.
+
+    An affinity term left with no expressions matches every node, so the whole affinity is then
+    dropped (terms are ORed); matchFields are ignored.
+    """
+    keys = set(flavor.node_labels)
+    spec: dict = {"nodeSelector": {k: v for k, v in ps.node_selector.items() if k in keys}}
+    terms: list[dict] = []
+    for term in ps.node_affinity_terms or []:
+        expressions = [e for e in term.get("matchExpressions") or [] if e.get("key") in keys]
+        if not expressions:
+            terms = []
+            break
+        terms.append({"matchExpressions": expressions})
+    if terms:
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+            }
+        }
+    node = {"metadata": {"name": flavor.name, "labels": flavor.node_labels}}
+    return matches_node_affinity({"spec": spec}, node)
 
 
 def _tolerates(toleration: dict, taint: dict) -> bool:
