@@ -194,25 +194,98 @@ def pod_priority_class(priority: PrioritySpec) -> dict[str, Any]:
     }
 
 
-def preemption_policy(priorities: tuple[PrioritySpec, ...]) -> dict[str, Any]:
-    """Kueue preemption derived from the priority classes.
+def _protection_expressible(priorities: tuple[PrioritySpec, ...]) -> bool:
+    """Kueue's LowerPriority rules let every class preempt the classes below it, so a class can
+    be kept from preemption only if no class is above it: every non-preemptible class must
+    share the highest value."""
+    top = max((p.value for p in priorities), default=0)
+    return all(p.value == top for p in priorities if not p.preemptible)
 
-    If no class may be preempted, nothing is ever preempted. Otherwise a workload may preempt
-    lower-priority ones in its own ClusterQueue, a ClusterQueue may reclaim its lent quota from
-    any borrower in its cohort, and a borrower may preempt only workloads whose priority is at
-    most that of the highest preemptible class (so non-preemptible classes are safe from it).
+
+def preemption_policy(priorities: tuple[PrioritySpec, ...]) -> dict[str, Any]:
+    """Kueue preemption derived from the priority classes, so that a non-preemptible class is
+    never preempted by anything (its promise) — chosen over reclaiming every lent GPU at once.
+
+    - withinClusterQueue LowerPriority: a job may preempt lower-priority jobs of its project.
+    - reclaimWithinCohort LowerPriority: a project takes back the quota it lent only from
+      borrowers of lower priority than the job that needs it (with ``Any`` a lender's low job
+      could evict another project's high job); equal or higher borrowers keep it until they end.
+    - borrowWithinCohort LowerPriority up to the highest preemptible value: a borrowing job may
+      preempt other projects' lower-priority borrowers, never a non-preemptible class.
+
+    No preemption at all (Never) when no class is preemptible, or when the flags cannot be
+    expressed with Kueue's rules (a non-preemptible class below another class): the safe side,
+    shown to the admin by explain_preemption.
     """
     preemptible = [p.value for p in priorities if p.preemptible]
-    if not preemptible:
+    if not preemptible or not _protection_expressible(priorities):
         return {"withinClusterQueue": "Never", "reclaimWithinCohort": "Never"}
     return {
         "withinClusterQueue": "LowerPriority",
-        "reclaimWithinCohort": "Any",
+        "reclaimWithinCohort": "LowerPriority",
         "borrowWithinCohort": {
             "policy": "LowerPriority",
             "maxPriorityThreshold": max(preemptible),
         },
     }
+
+
+@dataclass(frozen=True)
+class PreemptionExplanation:
+    """The emitted policy in words, for the priorities admin page (one source: the policy)."""
+
+    policy: dict[str, Any]
+    classes: tuple[tuple[str, int, str], ...]  # (name, value, who may preempt it)
+    guarantee: str
+    warnings: tuple[str, ...] = ()
+
+
+def _names(classes: list[PrioritySpec]) -> str:
+    return ", ".join(p.name for p in sorted(classes, key=lambda p: -p.value))
+
+
+def explain_preemption(priorities: tuple[PrioritySpec, ...]) -> PreemptionExplanation:
+    policy = preemption_policy(priorities)
+    ordered = sorted(priorities, key=lambda p: -p.value)
+    warnings: list[str] = []
+    if policy["withinClusterQueue"] == "Never":
+        if any(p.preemptible for p in priorities):
+            above = [p.name for p in ordered if not p.preemptible and p.value < ordered[0].value]
+            warnings.append(
+                f"Marked not preemptible but below another class: {', '.join(above)}. Kueue "
+                "lets every class preempt the classes below it, so the portal turned preemption "
+                "off altogether. Give the non-preemptible classes the highest value."
+            )
+        lines = tuple((p.name, p.value, "Never preempted: preemption is off.") for p in ordered)
+        guarantee = (
+            "Quota lent to another project comes back only when the borrowing jobs end "
+            "(at most their maximum runtime): nothing is preempted."
+        )
+        return PreemptionExplanation(policy, lines, guarantee, tuple(warnings))
+    threshold = policy["borrowWithinCohort"]["maxPriorityThreshold"]
+    lines = []
+    for p in ordered:
+        higher = [q for q in priorities if q.value > p.value]
+        if not higher:
+            lines.append((p.name, p.value, "Never preempted (no class has a higher priority)."))
+            continue
+        who = _names(higher)
+        text = (
+            f"By {who} jobs of its own project; by {who} jobs of the project it borrowed from, "
+            "when it runs on borrowed quota"
+        )
+        if p.value <= threshold:
+            text += (
+                f"; by borrowing {who} jobs of other projects, while its project is above its "
+                "guarantee"
+            )
+        lines.append((p.name, p.value, text + "."))
+    guarantee = (
+        "A project gets back the quota it lent at once from borrowing jobs of lower priority than "
+        "the job that needs it; borrowing jobs of the same or higher priority keep it until they "
+        "end (at most their maximum runtime)."
+    )
+    return PreemptionExplanation(policy, tuple(lines), guarantee, tuple(warnings))
 
 
 def _project_pools(project: ProjectSpec, pools: tuple[PoolSpec, ...]) -> list[PoolSpec]:

@@ -717,6 +717,7 @@ class KueueController:
                     strategy=spec.get("queueingStrategy") or "BestEffortFIFO",
                     within_cluster_queue=preemption.get("withinClusterQueue") or "Never",
                     reclaim_within_cohort=preemption.get("reclaimWithinCohort") or "Never",
+                    **_borrow_within_cohort(preemption),
                     namespace_selector=spec.get("namespaceSelector"),
                     stop_policy=spec.get("stopPolicy") or "None",
                     missing_flavors=missing,
@@ -1713,6 +1714,16 @@ def _visibility_resources() -> list[dict]:
             "verbs": ["get"],
         },
     ]
+
+
+def _borrow_within_cohort(preemption: dict) -> dict:
+    """ClusterQueue fields for preemption.borrowWithinCohort (policy, maxPriorityThreshold)."""
+    borrow = preemption.get("borrowWithinCohort") or {}
+    threshold = borrow.get("maxPriorityThreshold")
+    return {
+        "borrow_within_cohort": borrow.get("policy") or "Never",
+        "borrow_max_priority": None if threshold is None else int(threshold),
+    }
 
 
 def _required_node_affinity_terms(pod_spec: dict) -> list | None:

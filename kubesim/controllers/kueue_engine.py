@@ -33,10 +33,18 @@ NO_FIT, PREEMPT, FIT = 0, 1, 2
 
 IN_CLUSTER_QUEUE = "InClusterQueue"
 IN_COHORT_RECLAMATION = "InCohortReclamation"
+IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
 HUMAN_PREEMPTION_REASONS = {
     IN_CLUSTER_QUEUE: "prioritization in the ClusterQueue",
     IN_COHORT_RECLAMATION: "reclamation within the cohort",
+    IN_COHORT_RECLAIM_WHILE_BORROWING: "reclamation within the cohort while borrowing",
 }
+
+# How a preemption candidate may be taken (Kueue's classical preemptionVariant).
+WITHIN_CQ = "WithinCQ"
+HIERARCHICAL_RECLAIM = "HierarchicalReclaim"  # the preemptor reclaims its own nominal quota
+RECLAIM_WITHOUT_BORROWING = "ReclaimWithoutBorrowing"  # only if the preemptor ends up not borrowing
+RECLAIM_WHILE_BORROWING = "ReclaimWhileBorrowing"  # borrowWithinCohort allows it
 
 
 @dataclass
@@ -76,6 +84,8 @@ class ClusterQueue:
     strategy: str = "BestEffortFIFO"
     within_cluster_queue: str = "Never"
     reclaim_within_cohort: str = "Never"
+    borrow_within_cohort: str = "Never"  # preemption.borrowWithinCohort.policy
+    borrow_max_priority: int | None = None  # preemption.borrowWithinCohort.maxPriorityThreshold
     namespace_selector: dict | None = None
     stop_policy: str = "None"
     missing_flavors: list[str] = field(default_factory=list)
@@ -175,6 +185,7 @@ class Assignment:
 class Target:
     workload: Workload
     reason: str
+    variant: str = WITHIN_CQ
 
 
 @dataclass
@@ -434,76 +445,108 @@ class KueueEngine:
 
     @staticmethod
     def _preemption_may_help(cq: ClusterQueue, fr: FlavorResource, value: int) -> bool:
-        if cq.quota(fr).nominal < value:
-            return False
-        if cq.within_cluster_queue != "Never":
-            return True
-        return bool(cq.cohort) and cq.reclaim_within_cohort != "Never"
+        """fitsResourceQuota's gate before simulating preemption: the request fits the nominal
+        quota, or borrowWithinCohort lets the ClusterQueue preempt while borrowing."""
+        if cq.quota(fr).nominal >= value:
+            if cq.within_cluster_queue != "Never":
+                return True
+            return bool(cq.cohort) and cq.reclaim_within_cohort != "Never"
+        return bool(cq.cohort) and cq.borrow_within_cohort != "Never"
 
     # ---- preemption ----------------------------------------------------------------------
     def find_targets(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> list[Target]:
+        """Kueue v0.19's classical preemption (one-level cohorts): candidates from the same
+        ClusterQueue, from borrowing ClusterQueues of the cohort where the preemptor reclaims its
+        own nominal quota, and from them by priority (borrowWithinCohort), tried with and without
+        borrowing in Kueue's order; the minimal set is then trimmed by putting victims back."""
         usage = assignment.usage
         needs = {fr for fr, v in usage.items() if v > self.available(cq, fr)}
         if not needs:
             return []
-        candidates: list[Target] = []
+        same, hierarchy, by_priority = self._preemption_candidates(wl, cq, usage, needs)
+        if not (same or hierarchy or by_priority):
+            return []
+        ordered = []
+        for evicted in (True, False):
+            for group in (hierarchy, by_priority, same):
+                ordered += [t for t in group if t.workload.evicted == evicted]
+        forbidden = cq.borrow_within_cohort == "Never"
+        under_nominal = all(cq.usage.get(fr, 0) < cq.quota(fr).nominal for fr in needs)
+        if not (hierarchy or by_priority) or (forbidden and not under_nominal):
+            attempts = [True]
+        elif forbidden and not hierarchy:
+            attempts = [False, True]
+        else:
+            attempts = [True, False]
+        for allow_borrowing in attempts:
+            targets = self._minimal_set(wl, cq, usage, needs, ordered, allow_borrowing)
+            if targets:
+                return targets
+        return []
+
+    def _preemption_candidates(self, wl, cq, usage, needs):
+        """(same ClusterQueue, hierarchical reclaim, priority-based) candidates, each sorted by
+        Kueue's CandidatesOrdering (lower priority first, then most recently admitted)."""
+        same: list[Target] = []
+        hierarchy: list[Target] = []
+        by_priority: list[Target] = []
+        # QuantitiesFitInQuota: the whole request fits the preemptor's own nominal quota.
+        advantage = all(cq.usage.get(fr, 0) + v <= cq.quota(fr).nominal for fr, v in usage.items())
         for other in self.workloads.values():
             if other.usage is None or other.key == wl.key:
                 continue
             if not any(fr in other.usage for fr in needs):
                 continue
             if other.cluster_queue == cq.name:
-                policy = cq.within_cluster_queue
-                lower = other.priority < wl.priority
-                newer_equal = other.priority == wl.priority and (
-                    other.timestamp,
-                    other.sequence,
-                ) > (
-                    wl.timestamp,
-                    wl.sequence,
-                )
-                if (policy == "LowerPriority" and lower) or (
-                    policy == "LowerOrNewerEqualPriority" and (lower or newer_equal)
+                if cq.within_cluster_queue != "Never" and _satisfies_policy(
+                    cq.within_cluster_queue, wl, other
                 ):
-                    candidates.append(Target(other, IN_CLUSTER_QUEUE))
+                    same.append(Target(other, IN_CLUSTER_QUEUE, WITHIN_CQ))
                 continue
             other_cq = self.cluster_queues.get(other.cluster_queue)
             if other_cq is None or not cq.cohort or other_cq.cohort != cq.cohort:
                 continue
-            policy = cq.reclaim_within_cohort
-            if policy == "Any" or (policy == "LowerPriority" and other.priority < wl.priority):
-                candidates.append(Target(other, IN_COHORT_RECLAMATION))
-        if not candidates:
-            return []
-        candidates.sort(
-            key=lambda t: (
-                not t.workload.evicted,
-                t.workload.cluster_queue == cq.name,
-                t.workload.priority,
-                -t.workload.reserved_at,
-                t.workload.uid,
+            if cq.reclaim_within_cohort == "Never" or not other_cq.borrowing_in(needs):
+                continue
+            if not _satisfies_policy(cq.reclaim_within_cohort, wl, other):
+                continue
+            if advantage:
+                hierarchy.append(Target(other, IN_COHORT_RECLAMATION, HIERARCHICAL_RECLAIM))
+            elif cq.borrow_within_cohort == "Never" or _above_borrowing_threshold(
+                other.priority, wl.priority, cq.borrow_max_priority
+            ):
+                by_priority.append(Target(other, IN_COHORT_RECLAMATION, RECLAIM_WITHOUT_BORROWING))
+            else:
+                by_priority.append(
+                    Target(other, IN_COHORT_RECLAIM_WHILE_BORROWING, RECLAIM_WHILE_BORROWING)
+                )
+        for group in (same, hierarchy, by_priority):
+            group.sort(
+                key=lambda t: (
+                    not t.workload.evicted,
+                    t.workload.cluster_queue == cq.name,
+                    t.workload.priority,
+                    -t.workload.reserved_at,
+                    t.workload.uid,
+                )
             )
-        )
-        other_queue = any(t.workload.cluster_queue != cq.name for t in candidates)
-        under_nominal = all(cq.usage.get(fr, 0) < cq.quota(fr).nominal for fr in needs)
-        attempts = [False, True] if other_queue and under_nominal else [True]
-        for allow_borrowing in attempts:
-            targets = self._minimal_set(wl, cq, usage, needs, candidates, allow_borrowing)
-            if targets:
-                return targets
-        return []
+        return same, hierarchy, by_priority
+
+    def _candidate_valid(self, target: Target, cq: ClusterQueue, needs, allow_borrowing) -> bool:
+        if target.workload.cluster_queue == cq.name:
+            return True
+        if allow_borrowing and target.variant == RECLAIM_WITHOUT_BORROWING:
+            return False
+        # Only while its ClusterQueue is still above nominal (earlier victims may end that).
+        return self.cluster_queues[target.workload.cluster_queue].borrowing_in(needs)
 
     def _minimal_set(self, wl, cq, usage, needs, candidates, allow_borrowing):
         removed: list[Target] = []
         try:
             for target in candidates:
+                if not self._candidate_valid(target, cq, needs, allow_borrowing):
+                    continue
                 victim = target.workload
-                if victim.cluster_queue != cq.name:
-                    if allow_borrowing:
-                        continue
-                    victim_cq = self.cluster_queues[victim.cluster_queue]
-                    if not victim_cq.borrowing_in(needs):
-                        continue
                 self._add_usage(self.cluster_queues[victim.cluster_queue], victim.usage, -1)
                 removed.append(target)
                 if self._fits(cq, usage, allow_borrowing):
@@ -616,6 +659,30 @@ class KueueEngine:
                 if cq.strategy == "StrictFIFO":
                     blocked.add(cq.name)
         return decisions
+
+
+def _satisfies_policy(policy: str, preemptor: Workload, candidate: Workload) -> bool:
+    """Kueue's SatisfiesPreemptionPolicy (withinClusterQueue / reclaimWithinCohort)."""
+    if policy == "Any":
+        return True
+    lower = candidate.priority < preemptor.priority
+    if policy == "LowerPriority":
+        return lower
+    if policy == "LowerOrNewerEqualPriority":
+        newer_equal = candidate.priority == preemptor.priority and (
+            candidate.timestamp,
+            candidate.sequence,
+        ) > (preemptor.timestamp, preemptor.sequence)
+        return lower or newer_equal
+    return False
+
+
+def _above_borrowing_threshold(candidate: int, incoming: int, threshold: int | None) -> bool:
+    """A candidate a borrowing preemptor may not take: not of lower priority than the
+    preemptor, or above borrowWithinCohort.maxPriorityThreshold."""
+    if candidate >= incoming:
+        return True
+    return threshold is not None and candidate > threshold
 
 
 def queue_order(wl: Workload) -> tuple:

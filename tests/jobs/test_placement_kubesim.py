@@ -170,3 +170,126 @@ def test_a_volcano_gang_is_pinned_to_one_pool_and_its_pods_stay_there(org):
             break
         time.sleep(0.2)
     assert sorted(p["spec"]["nodeName"] for p in pods) == ["small-0", "small-1"]
+
+
+# ---- preemption: the policy quotas.manifests emits, as kubesim's Kueue (v0.19) applies it ----
+@pytest.fixture
+def cohort(cluster, settings, db):
+    """One department, in pool b-big (one 8-GPU node): `lender` is guaranteed all 8 GPUs,
+    `borrower` none but may borrow them while the lender leaves them idle."""
+    from portal.kube.client import reset_api_client
+    from quotas.models import PriorityClass
+    from quotas.sync import sync_quota_objects
+    from tests.factories import (
+        DepartmentFactory,
+        GpuPoolFactory,
+        MembershipFactory,
+        ProjectFactory,
+        ProjectQuotaFactory,
+        UserFactory,
+    )
+
+    settings.KUBECONFIG = str(cluster.kubeconfig)
+    settings.PORTAL_KUBE_QPS = 0
+    reset_api_client()
+    tag = int(time.time() * 1000) % 10**8
+    dept = DepartmentFactory(slug=f"co{tag}", name="Cohort")
+    big = GpuPoolFactory(
+        slug="b-big", gpu_model=H100, node_labels=BIG_LABELS, node_count=1, gpus_per_node=8
+    )
+    for name, value, preemptible in (
+        ("high", 1000, False),
+        ("normal", 500, True),
+        ("low", 100, True),
+    ):
+        PriorityClass.objects.get_or_create(
+            name=name, defaults={"value": value, "preemptible": preemptible}
+        )
+    out = {}
+    for role, nominal in (("lender", 8), ("borrower", 0)):
+        project = ProjectFactory(slug=f"{role[0]}{tag}", department=dept)
+        ProjectQuotaFactory(project=project, pool=big, resource="gpu", nominal=nominal)
+        user = UserFactory(username=f"u-{project.slug}")
+        MembershipFactory(user=user, project=project, role="member")
+        out[role] = {"project": project, "user": user}
+    report = sync_quota_objects()
+    assert report.errors == []
+    return out
+
+
+def workload_of(job):
+    from portal.kube import apply as kube
+
+    ns = job.project.namespace
+    for w in kube.list_objects("kueue.x-k8s.io/v1beta2", "Workload", namespace=ns):
+        if w["metadata"]["name"].startswith(f"job-gp-job-{job.pk}-"):
+            return w
+    return None
+
+
+def condition(workload, ctype):
+    for c in ((workload or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == ctype:
+            return c
+    return None
+
+
+def wait_for(predicate, what, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def borrow_then_claim(cohort, borrower_priority):
+    from jobs.reconcile import job_reconcile
+
+    long_run = {"kind": "single", "gpus": 8, "command": ["sleep", "100000"]}
+    borrowed = submit(cohort["borrower"], priority=borrower_priority, **long_run)
+    job_reconcile(job_id=borrowed.pk)
+    wait_for(
+        lambda: (condition(workload_of(borrowed), "QuotaReserved") or {}).get("status") == "True",
+        "the borrower's admission",
+    )
+    reconcile_until(borrowed, {"admitted", "running"})
+    owner = submit(cohort["lender"], priority="normal", **long_run)
+    job_reconcile(job_id=owner.pk)
+    # Kueue has looked at the lender's job: either it preempts or it says why it waits.
+    wait_for(
+        lambda: (
+            condition(workload_of(borrowed), "Preempted")
+            or (condition(workload_of(owner), "QuotaReserved") or {}).get("message")
+        ),
+        "Kueue's decision on the lender's job",
+    )
+    return borrowed, owner
+
+
+def test_a_lenders_normal_job_does_not_reclaim_from_a_high_priority_borrower(cohort):
+    borrowed, owner = borrow_then_claim(cohort, "high")
+    # A few more scheduling cycles: still nothing is taken from the high job.
+    time.sleep(1.0)
+    assert condition(workload_of(borrowed), "Preempted") is None
+    assert condition(workload_of(borrowed), "QuotaReserved")["status"] == "True"
+    pending = condition(workload_of(owner), "QuotaReserved")
+    assert pending["status"] == "False"
+    assert "insufficient unused quota for nvidia.com/gpu" in pending["message"]
+
+
+def test_a_lenders_normal_job_reclaims_its_quota_from_a_low_priority_borrower(cohort):
+    from jobs.models import Job
+
+    borrowed, owner = borrow_then_claim(cohort, "low")
+    preempted = wait_for(lambda: condition(workload_of(borrowed), "Preempted"), "the reclaim")
+    assert preempted["reason"] == "InCohortReclamation"
+    wait_for(
+        lambda: (condition(workload_of(owner), "QuotaReserved") or {}).get("status") == "True",
+        "the lender's admission",
+    )
+    # The portal tells the borrower's user what happened.
+    seen = reconcile_until(borrowed, {"preempted", "queued"})
+    assert seen[-1] in ("preempted", "queued")
+    assert Job.objects.get(pk=borrowed.pk).state in ("preempted", "queued")

@@ -122,7 +122,9 @@ def test_cluster_queue_quota_borrowing_cohort_and_selector():
 def test_preemption_follows_priority_classes():
     assert qm.preemption_policy(PRIORITIES) == {
         "withinClusterQueue": "LowerPriority",
-        "reclaimWithinCohort": "Any",
+        # Not Any: a lender takes its quota back only from lower-priority borrowers, so a
+        # non-preemptible ("high") borrower is never evicted by a reclaim.
+        "reclaimWithinCohort": "LowerPriority",
         "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 500},
     }
     nobody = tuple(qm.PrioritySpec(p.name, p.value, False) for p in PRIORITIES)
@@ -130,6 +132,42 @@ def test_preemption_follows_priority_classes():
         "withinClusterQueue": "Never",
         "reclaimWithinCohort": "Never",
     }
+
+
+def test_a_protection_kueue_cannot_express_turns_preemption_off_and_says_so():
+    # "normal" protected but "high" above it and preemptible: LowerPriority would let high
+    # preempt normal, so nothing is preempted rather than break the promise.
+    odd = (
+        qm.PrioritySpec("high", 1000, True),
+        qm.PrioritySpec("normal", 500, False),
+        qm.PrioritySpec("low", 100, True),
+    )
+    assert qm.preemption_policy(odd) == {
+        "withinClusterQueue": "Never",
+        "reclaimWithinCohort": "Never",
+    }
+    explanation = qm.explain_preemption(odd)
+    assert explanation.warnings == (
+        "Marked not preemptible but below another class: normal. Kueue lets every class preempt "
+        "the classes below it, so the portal turned preemption off altogether. Give the "
+        "non-preemptible classes the highest value.",
+    )
+    assert {text for _n, _v, text in explanation.classes} == {"Never preempted: preemption is off."}
+
+
+def test_the_words_on_the_admin_page_follow_the_policy():
+    explanation = qm.explain_preemption(PRIORITIES)
+    assert explanation.policy == qm.preemption_policy(PRIORITIES)
+    assert explanation.warnings == ()
+    texts = {name: text for name, _value, text in explanation.classes}
+    assert texts["high"] == "Never preempted (no class has a higher priority)."
+    assert texts["normal"] == (
+        "By high jobs of its own project; by high jobs of the project it borrowed from, when it "
+        "runs on borrowed quota; by borrowing high jobs of other projects, while its project is "
+        "above its guarantee."
+    )
+    assert texts["low"].startswith("By high, normal jobs of its own project")
+    assert "lower priority" in explanation.guarantee
 
 
 def _queues(objects):
