@@ -8,9 +8,13 @@ This module has no I/O. The controller (kueue.py) turns API objects into these s
   in a cohort may use its own unlent quota plus what the cohort has left, capped by borrowingLimit;
 - flavors are tried in the ClusterQueue's order per resource group; the first flavor that fits wins
   (borrowing allowed), otherwise the first flavor where preemption could help;
-- preemption candidates: lower-priority workloads of the same ClusterQueue (withinClusterQueue) and
-  workloads of ClusterQueues in the cohort that are borrowing (reclaimWithinCohort); the minimal
-  set is found greedily in Kueue's candidate order, then victims not needed are put back;
+- a flavor whose nodeLabels contradict the pod set's nodeSelector or required node affinity (cut
+  down to that flavor's label keys, as flavorSelector does) is skipped;
+- preemption as the classical preemptor: candidates of the same ClusterQueue (withinClusterQueue)
+  and of cohort ClusterQueues above nominal (reclaimWithinCohort), the latter as hierarchical
+  reclaim when the request fits the preemptor's nominal quota, else by priority under
+  borrowWithinCohort's maxPriorityThreshold; the minimal set is found greedily in Kueue's
+  candidate order, with and without borrowing, then victims not needed are put back;
 - queue order is priority (high first) then queue-order timestamp (old first); every cycle takes one
   head per ClusterQueue, orders heads "not borrowing" first, then priority, then timestamp.
   BestEffortFIFO moves on past a head that does not fit; StrictFIFO stops at it.

@@ -238,7 +238,8 @@ def test_quota_edit_and_delete_touch_only_owned_objects(org):
         if r["name"] == "nvidia.com/gpu"
     )
     assert gpu["nominalQuota"] == 12
-    queue = kube.get("scheduling.volcano.sh/v1beta1", "Queue", name)
+    # Volcano: one leaf queue per pool (gp-<project>.<pool>).
+    queue = kube.get("scheduling.volcano.sh/v1beta1", "Queue", f"{name}.h100")
     assert queue["spec"]["deserved"]["nvidia.com/gpu"] == "12"
     # Removing the project's jobs' protection is not needed: a project without jobs is removable.
     from jobs.models import Job
@@ -248,7 +249,7 @@ def test_quota_edit_and_delete_touch_only_owned_objects(org):
     report = sync_quota_objects()
     assert report.deleted >= 3
     assert kube.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", name) is None
-    assert kube.get("scheduling.volcano.sh/v1beta1", "Queue", name) is None
+    assert kube.get("scheduling.volcano.sh/v1beta1", "Queue", f"{name}.h100") is None
     assert kube.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", "someone-elses") is not None
 
 
