@@ -56,9 +56,10 @@ class JobManifestInput:
     max_runtime_seconds: int
     node_selector: dict[str, str] = field(default_factory=dict)  # the pool's labels, if chosen
     runtime_class: str = ""
-    # Node labels of the pools validation found able to hold the job (a Volcano gang: exactly
-    # one), and of the project's other pools, which the affinity must exclude (see pool_affinity).
-    eligible_pools: tuple[str, ...] = ()  # slugs, in the order of eligible_pool_labels
+    # The pools validation found able to hold the job (a Volcano gang: exactly one), their node
+    # labels in the same order, and the node labels of the project's other pools, which the
+    # affinity must exclude (see pool_affinity).
+    eligible_pools: tuple[str, ...] = ()
     eligible_pool_labels: tuple[dict[str, str], ...] = ()
     other_pool_labels: tuple[dict[str, str], ...] = ()
 

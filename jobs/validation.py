@@ -359,9 +359,9 @@ def _check_admissible(
 def choose_gang_pool(pools: list[PoolFacts], resource: str = FULL_GPU) -> PoolFacts:
     """The one pool a Volcano gang is pinned to when the user named none.
 
-    Volcano queues cannot hold per-pool quota, so a gang must never span or float between pools:
-    the portal picks the eligible pool where the project is guaranteed the most of the resource
-    (the gang is least likely to wait or be reclaimed there), then the one with the highest
+    Volcano queues count resources by name, not by pool, so the portal keeps one queue per pool
+    (quotas.manifests) and a gang must run in exactly one: the eligible pool where the project
+    is guaranteed the most GPUs (where it is least likely to wait), then the one with the highest
     maximum, then the first slug, so the same request always lands in the same pool.
     """
     return min(
