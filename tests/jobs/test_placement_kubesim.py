@@ -293,3 +293,34 @@ def test_a_lenders_normal_job_reclaims_its_quota_from_a_low_priority_borrower(co
     seen = reconcile_until(borrowed, {"preempted", "queued"})
     assert seen[-1] in ("preempted", "queued")
     assert Job.objects.get(pk=borrowed.pk).state in ("preempted", "queued")
+
+
+def test_a_second_gang_waits_for_its_pools_quota_not_the_projects_total(org):
+    # The project may use 8 GPUs in each pool. Both gangs are pinned to a-small; the second one
+    # waits there even though the project's quota in b-big is idle, because a queue per pool
+    # holds the project's per-pool maximum (a queue summing both pools would admit it).
+    from portal.kube import apply as kube
+
+    long_run = {"kind": "gang", "gpus": 4, "replicas": 2, "backend": "volcano"}
+    first = submit(org, command=["sleep", "100000"], **long_run)
+    reconcile_until(first, {"running"})
+    second = submit(org, command=["sleep", "100000"], **long_run)
+    assert second.eligible_pools == ["a-small"]
+    reconcile_until(second, {"queued"})
+    ns = org["project"].namespace
+
+    def waiting_on_the_queue():
+        return any(
+            e["message"] == "queue resource quota insufficient: insufficient nvidia.com/gpu"
+            and e["involvedObject"]["name"].startswith(f"gp-job-{second.pk}-")
+            for e in kube.list_objects("v1", "Event", namespace=ns)
+        )
+
+    wait_for(waiting_on_the_queue, "the PodGroup to wait on its queue's capability")
+    (group,) = [
+        g
+        for g in kube.list_objects("scheduling.volcano.sh/v1beta1", "PodGroup", namespace=ns)
+        if g["metadata"]["name"].startswith(f"gp-job-{second.pk}-")
+    ]
+    assert group["spec"]["queue"] == f"gp-{org['project'].slug}.a-small"
+    assert group["status"]["phase"] == "Pending"
