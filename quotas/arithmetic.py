@@ -16,7 +16,8 @@ Vocabulary (one meaning each, everywhere in the portal):
 * **maximum**: the most a project can ever use = nominal + what it may borrow, where what it may
   borrow is bounded by its borrowing limit, by the other projects' nominal in the cohort (the
   cohort can only lend what it is guaranteed) and by the department cap. Volcano:
-  ``Queue.spec.capability``. The maximum is never below nominal.
+  ``Queue.spec.capability`` of the project's queue for that pool. The maximum is never below
+  nominal. A department's maximum is the sum of its projects' nominal (``department_usable``).
 * **department cap** (``DepartmentQuota.limit``): an upper bound on the sum of the department's
   projects' nominal in a pool for a resource. A cap below that sum is a violation.
 * **over-subscription**: a pool promises more than it has when the GPUs needed by the sum of all

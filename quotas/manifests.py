@@ -1,13 +1,14 @@
 """Kubernetes objects for the admin's quota model, as plain dicts. Pure functions.
 
 Mapping (see shared/docs/kubernetes.md): a GPU pool is a Kueue ResourceFlavor; a department is a
-Kueue Cohort and a Volcano parent Queue; a project is a namespace, a ClusterQueue, a LocalQueue,
-a Volcano leaf Queue and a ResourceQuota; each priority class is a Kueue WorkloadPriorityClass and
-a scheduling.k8s.io PriorityClass. Every object carries the managed-by label and an owner-kind
-label, so a sync can list exactly what the portal owns and delete what is no longer desired.
+Kueue Cohort and, per pool, a Volcano parent Queue; a project is a namespace, a ClusterQueue, a
+LocalQueue, per pool a Volcano leaf Queue, and a ResourceQuota; each priority class is a Kueue
+WorkloadPriorityClass and a scheduling.k8s.io PriorityClass. Every object carries the managed-by
+label and an owner-kind label, so a sync can list exactly what the portal owns and delete what is
+no longer desired.
 
 Amounts come in already computed (guaranteed and maximum per project, pool and resource) by
-quotas.arithmetic; nothing here does quota arithmetic beyond summing across pools.
+quotas.arithmetic; a department's amounts come from quotas.arithmetic.department_usable.
 """
 
 import re
