@@ -59,6 +59,12 @@ class JobManifestInput:
     # Pod Security "restricted": pods run as this uid/gid (the project's); None = "baseline",
     # where the image's own user (root allowed) runs.
     run_as_uid: int | None = None
+    # The pools validation found able to hold the job (a Volcano gang: exactly one), their node
+    # labels in the same order, and the node labels of the project's other pools, which the
+    # affinity must exclude (see pool_affinity).
+    eligible_pools: tuple[str, ...] = ()
+    eligible_pool_labels: tuple[dict[str, str], ...] = ()
+    other_pool_labels: tuple[dict[str, str], ...] = ()
 
 
 def object_name(job_id: int) -> str:
@@ -145,9 +151,56 @@ def _pod_spec(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[s
     if spec.node_selector:
         # A chosen pool: Kueue only considers the flavor whose nodeLabels match.
         pod["nodeSelector"] = dict(sorted(spec.node_selector.items()))
+    affinity = pool_affinity(spec.eligible_pool_labels, spec.other_pool_labels)
+    if affinity:
+        pod["affinity"] = affinity
     if spec.runtime_class:
         pod["runtimeClassName"] = spec.runtime_class
     return pod
+
+
+def pool_affinity(
+    eligible: tuple[dict[str, str], ...], others: tuple[dict[str, str], ...] = ()
+) -> dict[str, Any] | None:
+    """A required node affinity that matches the nodes of the eligible pools and no other pool.
+
+    One nodeSelectorTerm per eligible pool (terms are ORed): `key In [value]` for each of the
+    pool's node labels, the labels its ResourceFlavor selects nodes by. Kueue checks a flavor
+    against only the expressions whose keys that flavor's nodeLabels use (a term left empty
+    matches every flavor), so a pool selected by other keys than an eligible one would slip
+    through; for such a pool the term also says `key NotIn [value]` on its labels, which the
+    eligible pool's nodes (not carrying that pool's labels) satisfy and its flavor does not.
+    None when there is nothing to restrict (no eligible pools, or one selecting every node).
+    """
+    if not eligible or any(not labels for labels in eligible):
+        return None
+    terms = []
+    for labels in eligible:
+        excluded: dict[str, set[str]] = {}
+        for other in others:
+            if not other or other == labels:
+                continue
+            if any(k in labels and labels[k] != v for k, v in other.items()):
+                continue  # an In expression of this term already contradicts that pool
+            for key, value in other.items():
+                if key not in labels:
+                    excluded.setdefault(key, set()).add(value)
+        expressions = [
+            {"key": key, "operator": "In", "values": [value]}
+            for key, value in sorted(labels.items())
+        ]
+        expressions += [
+            {"key": key, "operator": "NotIn", "values": sorted(values)}
+            for key, values in sorted(excluded.items())
+        ]
+        term = {"matchExpressions": expressions}
+        if term not in terms:
+            terms.append(term)
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+        }
+    }
 
 
 def _metadata(spec: JobManifestInput, **extra_labels: str) -> dict[str, Any]:
@@ -279,6 +332,17 @@ def _volcano_task(spec: JobManifestInput, name: str, replicas: int) -> dict[str,
     return task
 
 
+def volcano_queue_for(spec: JobManifestInput) -> str:
+    """The project's leaf queue of the one pool a Volcano gang is pinned to.
+
+    A job stored before pools were recorded has none: it names the old project-wide queue,
+    which no longer exists, so Volcano refuses it with a message naming the queue.
+    """
+    if not spec.eligible_pools:
+        return f"gp-{spec.project_slug}"
+    return volcano_project_queue_name(spec.project_slug, spec.eligible_pools[0])
+
+
 def volcano_gang_job(spec: JobManifestInput) -> dict[str, Any]:
     """A Volcano Job: gang of `replicas` pods (1 master + N-1 workers), pytorch plugin env."""
     tasks = [_volcano_task(spec, VOLCANO_MASTER_TASK, 1)]
@@ -291,7 +355,7 @@ def volcano_gang_job(spec: JobManifestInput) -> dict[str, Any]:
         "spec": {
             "schedulerName": "volcano",
             "minAvailable": spec.replicas,
-            "queue": volcano_project_queue_name(spec.project_slug),
+            "queue": volcano_queue_for(spec),
             "priorityClassName": priority_class_name(spec.priority),
             "maxRetry": 3,  # an evicted gang restarts whole up to 3 times
             "policies": [

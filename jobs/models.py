@@ -42,6 +42,8 @@ class Job(models.Model):
     pool = models.ForeignKey(
         GpuPool, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
     )
+    # Pools (slugs) the job may run in, decided at submission; the pods' node affinity.
+    eligible_pools = models.JSONField(default=list, blank=True)
     cpu = models.CharField(max_length=16)
     memory = models.CharField(max_length=16)
     priority = models.CharField(

@@ -11,7 +11,7 @@ from jobs.models import Job, JobKind
 from jobs.states import ACTIVE
 from jobs.validation import PoolFacts
 from quotas import arithmetic, mig
-from quotas.models import DepartmentQuota, ProjectQuota
+from quotas.models import DepartmentQuota, GpuPool, ProjectQuota
 from tenants.models import PodSecurity, Project
 
 
@@ -78,14 +78,17 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
                 default_cpu=cpu,
                 default_memory=memory,
                 maximum={},
+                guaranteed={},
             ),
         )
-        fact.maximum[resource] = arithmetic.usable_amount(
+        usable = arithmetic.usable_amount(
             nominal=nominal,
             borrowing_limit=borrowing,
             cohort_nominal=cohort[(pool_id, resource)],
             department_cap=caps.get((pool_id, resource)),
-        ).maximum
+        )
+        fact.maximum[resource] = usable.maximum
+        fact.guaranteed[resource] = usable.guaranteed
     return sorted(facts.values(), key=lambda f: f.slug)
 
 
@@ -93,8 +96,29 @@ def runtime_class() -> str:
     return str(getattr(settings, "PORTAL_RUNTIME_CLASS", "") or "")
 
 
+def _pool_labels(
+    job: Job,
+) -> tuple[tuple[str, ...], tuple[dict[str, str], ...], tuple[dict[str, str], ...]]:
+    """The job's eligible pools, their node labels and the project's other pools' (slug order)."""
+    eligible = list(job.eligible_pools or ())
+    if not eligible:
+        return (), (), ()
+    pools = {
+        slug: dict(labels or {})
+        for slug, labels in GpuPool.objects.filter(
+            Q(slug__in=eligible) | Q(project_quotas__project_id=job.project_id)
+        )
+        .distinct()
+        .values_list("slug", "node_labels")
+    }
+    slugs = tuple(slug for slug in sorted(eligible) if slug in pools)
+    others = tuple(pools[slug] for slug in sorted(pools) if slug not in eligible)
+    return slugs, tuple(pools[slug] for slug in slugs), others
+
+
 def manifest_input_for_job(job: Job, *, job_id: int | None = None) -> JobManifestInput:
     project = job.project
+    eligible, eligible_labels, other_labels = _pool_labels(job)
     return JobManifestInput(
         job_id=job.pk if job_id is None else job_id,
         name=job.name,
@@ -115,6 +139,9 @@ def manifest_input_for_job(job: Job, *, job_id: int | None = None) -> JobManifes
         node_selector=dict(job.pool.node_labels or {}) if job.pool_id else {},
         runtime_class=runtime_class(),
         run_as_uid=project.run_as_uid if project.pod_security == PodSecurity.RESTRICTED else None,
+        eligible_pools=eligible,
+        eligible_pool_labels=eligible_labels,
+        other_pool_labels=other_labels,
     )
 
 

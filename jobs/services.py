@@ -264,6 +264,7 @@ def job_submit(
             mig_profile=request.mig_profile if kind == JobKind.MIG else "",
             replicas=r.replicas,
             pool=GpuPool.objects.get(slug=request.pool) if request.pool else None,
+            eligible_pools=list(r.eligible_pools),
             cpu=r.cpu,
             memory=r.memory,
             priority=request.priority,

@@ -67,6 +67,7 @@ class PoolFacts:
     default_cpu: str
     default_memory: str
     maximum: dict[str, int] = field(default_factory=dict)  # resource ("gpu"/profile) → maximum
+    guaranteed: dict[str, int] = field(default_factory=dict)  # resource → nominal (guaranteed)
 
 
 @dataclass(frozen=True)
@@ -429,6 +430,18 @@ def _check_cpu_memory(
             return []
         fitting = still
     return fitting
+def choose_gang_pool(pools: list[PoolFacts], resource: str = FULL_GPU) -> PoolFacts:
+    """The one pool a Volcano gang is pinned to when the user named none.
+
+    Volcano queues count resources by name, not by pool, so the portal keeps one queue per pool
+    (quotas.manifests) and a gang must run in exactly one: the eligible pool where the project
+    is guaranteed the most GPUs (where it is least likely to wait), then the one with the highest
+    maximum, then the first slug, so the same request always lands in the same pool.
+    """
+    return min(
+        pools,
+        key=lambda p: (-p.guaranteed.get(resource, 0), -p.maximum.get(resource, 0), p.slug),
+    )
 
 
 def _min_default(pools: list[PoolFacts], attr: str) -> str:
@@ -459,6 +472,9 @@ def validate_job_request(req: JobRequest, pools: list[PoolFacts]) -> ValidationR
     if not admissible:
         return result
     r = result.resolved
+    if req.kind == "gang" and r.backend == "volcano":
+        admissible = [choose_gang_pool(admissible)]
+    # Written into the pods as a required node affinity: Kueue may only pick these pools' flavors.
     r.eligible_pools = [p.slug for p in admissible]
     # Defaults per pool; with several eligible pools, the smallest default fits any of them.
     r.cpu = req.cpu or _min_default(admissible, "default_cpu")

@@ -7,6 +7,8 @@ give the same messages. Numbers shown (maximum, subscription) come from quotas.a
 
 from __future__ import annotations
 
+import json
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
@@ -16,6 +18,7 @@ from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 
 from quotas import arithmetic, mig, services
+from quotas import manifests as qm
 from quotas.admin_base import QuotaSyncOnChangeAdminMixin, ServiceModelAdmin, add_service_errors
 from quotas.models import (
     DepartmentQuota,
@@ -404,8 +407,35 @@ class DepartmentQuotaAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
 class PriorityClassAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
     """The three classes exist on every install (data migration); admins tune, never remove."""
 
-    list_display = ("name", "value", "preemptible", "description")
+    list_display = ("name", "value", "preemptible", "who_may_preempt", "description")
     readonly_fields = ("name",)
+    change_list_template = "admin/quotas/priorityclass/change_list.html"
+
+    @staticmethod
+    def _explanation() -> qm.PreemptionExplanation:
+        return qm.explain_preemption(
+            tuple(
+                qm.PrioritySpec(name=pc.name, value=pc.value, preemptible=pc.preemptible)
+                for pc in PriorityClass.objects.all()
+            )
+        )
+
+    def changelist_view(self, request: HttpRequest, extra_context=None):
+        # The words come from the policy the ClusterQueues get, so they cannot drift apart.
+        explanation = self._explanation()
+        for warning in explanation.warnings:
+            messages.warning(request, warning)
+        context = {
+            **(extra_context or {}),
+            "preemption": explanation,
+            "preemption_policy": json.dumps(explanation.policy, sort_keys=True),
+        }
+        return super().changelist_view(request, context)
+
+    @admin.display(description="Who may preempt it")
+    def who_may_preempt(self, obj: PriorityClass) -> str:
+        texts = {name: text for name, _value, text in self._explanation().classes}
+        return texts.get(obj.name, "")
 
     def service_save(self, request, obj: PriorityClass, form, change: bool) -> PriorityClass:
         return services.priority_class_update(

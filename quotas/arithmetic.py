@@ -16,7 +16,8 @@ Vocabulary (one meaning each, everywhere in the portal):
 * **maximum**: the most a project can ever use = nominal + what it may borrow, where what it may
   borrow is bounded by its borrowing limit, by the other projects' nominal in the cohort (the
   cohort can only lend what it is guaranteed) and by the department cap. Volcano:
-  ``Queue.spec.capability``. The maximum is never below nominal.
+  ``Queue.spec.capability`` of the project's queue for that pool. The maximum is never below
+  nominal. A department's maximum is the sum of its projects' nominal (``department_usable``).
 * **department cap** (``DepartmentQuota.limit``): an upper bound on the sum of the department's
   projects' nominal in a pool for a resource. A cap below that sum is a violation.
 * **over-subscription**: a pool promises more than it has when the GPUs needed by the sum of all
@@ -145,6 +146,25 @@ def usable_amounts(
             department_cap=limits.get(quota.cohort),
         )
         for quota in quotas
+    }
+
+
+def department_usable(quotas: Iterable[QuotaEntry]) -> dict[tuple[str, str, str], UsableAmount]:
+    """What a whole department can use, keyed by cohort (department, pool, resource).
+
+    Its projects borrow only from each other (never across departments), so together they can
+    never hold more than the sum of their nominal quotas: that sum is both the department's
+    guarantee and its maximum. (A department cap bounds that sum; a cap below it is a violation
+    reported by department_cap_violations, not a lower maximum, since Kueue lends what is
+    nominal.) Volcano: the department queue's ``deserved`` and ``capability``.
+
+    >>> department_usable([QuotaEntry("a", "d", "h100", "gpu", 8, 4),
+    ...                    QuotaEntry("b", "d", "h100", "gpu", 6, None)])
+    {('d', 'h100', 'gpu'): UsableAmount(guaranteed=14, maximum=14)}
+    """
+    return {
+        cohort: UsableAmount(guaranteed=total, maximum=total)
+        for cohort, total in cohort_nominals(quotas).items()
     }
 
 

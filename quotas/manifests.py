@@ -1,14 +1,15 @@
 """Kubernetes objects for the admin's quota model, as plain dicts. Pure functions.
 
 Mapping (the README's "Decisions" lists the names): a GPU pool is a Kueue ResourceFlavor; a
-department is a Kueue Cohort and a Volcano parent Queue; a project is a namespace, a ClusterQueue,
-a LocalQueue, a Volcano leaf Queue and a ResourceQuota; each priority class is a Kueue
+department is a Kueue Cohort and, per pool, a Volcano parent Queue; a project is a namespace, a
+ClusterQueue, a LocalQueue, per pool a Volcano leaf Queue, and a ResourceQuota; each priority
+class is a Kueue
 WorkloadPriorityClass and a scheduling.k8s.io PriorityClass. Every object carries the managed-by
 label and an owner-kind label, so a sync can list exactly what the portal owns and delete what is
 no longer desired.
 
 Amounts come in already computed (guaranteed and maximum per project, pool and resource) by
-quotas.arithmetic; nothing here does quota arithmetic beyond summing across pools.
+quotas.arithmetic; a department's amounts come from quotas.arithmetic.department_usable.
 """
 
 import re
@@ -17,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from portal.kube import labels as L
+from quotas import arithmetic
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -37,8 +39,9 @@ def cohort_name(department_slug: str) -> str:
     return f"gp-dept-{department_slug}"
 
 
-def volcano_department_queue_name(department_slug: str) -> str:
-    return f"gp-dept-{department_slug}"
+def volcano_department_queue_name(department_slug: str, pool_slug: str) -> str:
+    """The department's Volcano queue for one pool ('.' cannot occur in a slug: unambiguous)."""
+    return f"gp-dept-{department_slug}.{pool_slug}"
 
 
 def cluster_queue_name(project_slug: str) -> str:
@@ -49,8 +52,9 @@ def local_queue_name(project_slug: str) -> str:
     return f"gp-{project_slug}"
 
 
-def volcano_project_queue_name(project_slug: str) -> str:
-    return f"gp-{project_slug}"
+def volcano_project_queue_name(project_slug: str, pool_slug: str) -> str:
+    """The project's Volcano leaf queue for one pool; every Volcano gang is pinned to one pool."""
+    return f"gp-{project_slug}.{pool_slug}"
 
 
 def workload_priority_class_name(priority: str) -> str:
@@ -193,25 +197,98 @@ def pod_priority_class(priority: PrioritySpec) -> dict[str, Any]:
     }
 
 
-def preemption_policy(priorities: tuple[PrioritySpec, ...]) -> dict[str, Any]:
-    """Kueue preemption derived from the priority classes.
+def _protection_expressible(priorities: tuple[PrioritySpec, ...]) -> bool:
+    """Kueue's LowerPriority rules let every class preempt the classes below it, so a class can
+    be kept from preemption only if no class is above it: every non-preemptible class must
+    share the highest value."""
+    top = max((p.value for p in priorities), default=0)
+    return all(p.value == top for p in priorities if not p.preemptible)
 
-    If no class may be preempted, nothing is ever preempted. Otherwise a workload may preempt
-    lower-priority ones in its own ClusterQueue, a ClusterQueue may reclaim its lent quota from
-    any borrower in its cohort, and a borrower may preempt only workloads whose priority is at
-    most that of the highest preemptible class (so non-preemptible classes are safe from it).
+
+def preemption_policy(priorities: tuple[PrioritySpec, ...]) -> dict[str, Any]:
+    """Kueue preemption derived from the priority classes, so that a non-preemptible class is
+    never preempted by anything (its promise) — chosen over reclaiming every lent GPU at once.
+
+    - withinClusterQueue LowerPriority: a job may preempt lower-priority jobs of its project.
+    - reclaimWithinCohort LowerPriority: a project takes back the quota it lent only from
+      borrowers of lower priority than the job that needs it (with ``Any`` a lender's low job
+      could evict another project's high job); equal or higher borrowers keep it until they end.
+    - borrowWithinCohort LowerPriority up to the highest preemptible value: a borrowing job may
+      preempt other projects' lower-priority borrowers, never a non-preemptible class.
+
+    No preemption at all (Never) when no class is preemptible, or when the flags cannot be
+    expressed with Kueue's rules (a non-preemptible class below another class): the safe side,
+    shown to the admin by explain_preemption.
     """
     preemptible = [p.value for p in priorities if p.preemptible]
-    if not preemptible:
+    if not preemptible or not _protection_expressible(priorities):
         return {"withinClusterQueue": "Never", "reclaimWithinCohort": "Never"}
     return {
         "withinClusterQueue": "LowerPriority",
-        "reclaimWithinCohort": "Any",
+        "reclaimWithinCohort": "LowerPriority",
         "borrowWithinCohort": {
             "policy": "LowerPriority",
             "maxPriorityThreshold": max(preemptible),
         },
     }
+
+
+@dataclass(frozen=True)
+class PreemptionExplanation:
+    """The emitted policy in words, for the priorities admin page (one source: the policy)."""
+
+    policy: dict[str, Any]
+    classes: tuple[tuple[str, int, str], ...]  # (name, value, who may preempt it)
+    guarantee: str
+    warnings: tuple[str, ...] = ()
+
+
+def _names(classes: list[PrioritySpec]) -> str:
+    return ", ".join(p.name for p in sorted(classes, key=lambda p: -p.value))
+
+
+def explain_preemption(priorities: tuple[PrioritySpec, ...]) -> PreemptionExplanation:
+    policy = preemption_policy(priorities)
+    ordered = sorted(priorities, key=lambda p: -p.value)
+    warnings: list[str] = []
+    if policy["withinClusterQueue"] == "Never":
+        if any(p.preemptible for p in priorities):
+            above = [p.name for p in ordered if not p.preemptible and p.value < ordered[0].value]
+            warnings.append(
+                f"Marked not preemptible but below another class: {', '.join(above)}. Kueue "
+                "lets every class preempt the classes below it, so the portal turned preemption "
+                "off altogether. Give the non-preemptible classes the highest value."
+            )
+        lines = tuple((p.name, p.value, "Never preempted: preemption is off.") for p in ordered)
+        guarantee = (
+            "Quota lent to another project comes back only when the borrowing jobs end "
+            "(at most their maximum runtime): nothing is preempted."
+        )
+        return PreemptionExplanation(policy, lines, guarantee, tuple(warnings))
+    threshold = policy["borrowWithinCohort"]["maxPriorityThreshold"]
+    lines = []
+    for p in ordered:
+        higher = [q for q in priorities if q.value > p.value]
+        if not higher:
+            lines.append((p.name, p.value, "Never preempted (no class has a higher priority)."))
+            continue
+        who = _names(higher)
+        text = (
+            f"By {who} jobs of its own project; by {who} jobs of the project it borrowed from, "
+            "when it runs on borrowed quota"
+        )
+        if p.value <= threshold:
+            text += (
+                f"; by borrowing {who} jobs of other projects, while its project is above its "
+                "guarantee"
+            )
+        lines.append((p.name, p.value, text + "."))
+    guarantee = (
+        "A project gets back the quota it lent at once from borrowing jobs of lower priority than "
+        "the job that needs it; borrowing jobs of the same or higher priority keep it until they "
+        "end (at most their maximum runtime)."
+    )
+    return PreemptionExplanation(policy, tuple(lines), guarantee, tuple(warnings))
 
 
 def _project_pools(project: ProjectSpec, pools: tuple[PoolSpec, ...]) -> list[PoolSpec]:
@@ -317,53 +394,119 @@ def _sum_by_resource(quotas: tuple[QuotaAmount, ...], attr: str) -> dict[str, in
     return totals
 
 
-def _resource_list(totals: dict[str, int | None]) -> dict[str, str]:
-    return {name: str(v) for name, v in sorted(totals.items()) if v is not None}
+# --- Volcano --------------------------------------------------------------------------------------
+# Volcano queues know resource names, not pools, so the portal keeps one queue per pool: a leaf
+# gp-<project>.<pool> under a parent gp-dept-<department>.<pool>, and pins every Volcano gang to
+# one pool (jobs.validation.choose_gang_pool, node affinity in jobs.manifests). Amounts come from
+# quotas.arithmetic: a leaf's deserved is the project's guarantee and its capability the
+# project's maximum in that pool; the parent's deserved and capability are the department's
+# (department_usable: the sum of its projects' guarantees, as it never borrows from another
+# department). Every GPU resource the pool offers is listed, 0 when there is no quota: with the
+# capacity plugin an absent resource would inherit the parent's (root: unlimited) capability.
 
 
-def volcano_project_queue(project: ProjectSpec) -> dict[str, Any]:
-    capability = _resource_list(_sum_by_resource(project.quotas, "maximum"))
-    deserved = _resource_list(_sum_by_resource(project.quotas, "guaranteed"))
-    spec: dict[str, Any] = {
-        "weight": 1,
-        "reclaimable": True,
-        "parent": volcano_department_queue_name(project.department_slug),
-        "deserved": deserved,
+def _pool_gpu_resources(pool: PoolSpec | None) -> list[str]:
+    mig = sorted(extended_resource_name(p) for p in (pool.mig_profiles if pool else ()))
+    return [GPU_RESOURCE, *mig]
+
+
+def _department_amounts(
+    department_slug: str, projects: tuple[ProjectSpec, ...]
+) -> dict[tuple[str, str], arithmetic.UsableAmount]:
+    """(pool, resource) → the department's usable amount, from quotas.arithmetic."""
+    entries = [
+        arithmetic.QuotaEntry(
+            project=p.slug,
+            department=p.department_slug,
+            pool=q.pool_slug,
+            resource=q.resource,
+            nominal=q.guaranteed,
+        )
+        for p in projects
+        if p.department_slug == department_slug
+        for q in p.quotas
+    ]
+    return {
+        (pool, resource): amount
+        for (_dept, pool, resource), amount in arithmetic.department_usable(entries).items()
     }
-    if capability:
-        spec["capability"] = capability
+
+
+def _volcano_queue(name: str, labels: dict[str, str], spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": VOLCANO_QUEUE_API,
         "kind": "Queue",
-        "metadata": {
-            "name": volcano_project_queue_name(project.slug),
-            "labels": _project_labels(project),
-        },
-        "spec": spec,
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"weight": 1, "reclaimable": True, **spec},
     }
 
 
-def volcano_department_queue(
-    department: DepartmentSpec, projects: tuple[ProjectSpec, ...]
-) -> dict[str, Any]:
-    """The parent queue: deserved and capability are the sums of its children's (Volcano requires
-    children's deserved to fit in the parent's, and a child's capability not to exceed it)."""
-    members = [p for p in projects if p.department_slug == department.slug]
-    quotas = tuple(q for p in members for q in p.quotas)
-    capability = _resource_list(_sum_by_resource(quotas, "maximum"))
-    deserved = _resource_list(_sum_by_resource(quotas, "guaranteed"))
-    spec: dict[str, Any] = {"weight": 1, "reclaimable": True, "deserved": deserved}
-    if capability:
-        spec["capability"] = capability
-    return {
-        "apiVersion": VOLCANO_QUEUE_API,
-        "kind": "Queue",
-        "metadata": {
-            "name": volcano_department_queue_name(department.slug),
-            "labels": _labels("department", **{L.DEPARTMENT_KEY: department.slug}),
-        },
-        "spec": spec,
-    }
+def _amount_lists(
+    pool: PoolSpec | None, amounts: dict[str, tuple[int, int]]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(deserved, capability) over every GPU resource of the pool; amounts: name → (g, max)."""
+    names = sorted({*_pool_gpu_resources(pool), *amounts})
+    deserved = {n: str(amounts.get(n, (0, 0))[0]) for n in names}
+    capability = {n: str(amounts.get(n, (0, 0))[1]) for n in names}
+    return deserved, capability
+
+
+def volcano_project_queues(
+    project: ProjectSpec,
+    pools: tuple[PoolSpec, ...],
+    projects: tuple[ProjectSpec, ...] = (),
+) -> list[dict[str, Any]]:
+    """One leaf queue per pool the project has quota in (projects: its department's, for an
+    unlimited borrowing limit, which reaches up to the department's total)."""
+    by_slug = {p.slug: p for p in pools}
+    department = _department_amounts(project.department_slug, projects or (project,))
+    queues = []
+    for pool_slug in sorted({q.pool_slug for q in project.quotas}):
+        amounts: dict[str, tuple[int, int]] = {}
+        for q in project.quotas:
+            if q.pool_slug != pool_slug:
+                continue
+            # Never above what the department holds (a leaf above its parent is refused).
+            ceiling = department[(pool_slug, q.resource)].maximum
+            maximum = ceiling if q.maximum is None else min(q.maximum, ceiling)
+            amounts[extended_resource_name(q.resource)] = (q.guaranteed, max(maximum, q.guaranteed))
+        deserved, capability = _amount_lists(by_slug.get(pool_slug), amounts)
+        queues.append(
+            _volcano_queue(
+                volcano_project_queue_name(project.slug, pool_slug),
+                {**_project_labels(project), L.POOL_KEY: pool_slug},
+                {
+                    "parent": volcano_department_queue_name(project.department_slug, pool_slug),
+                    "deserved": deserved,
+                    "capability": capability,
+                },
+            )
+        )
+    return queues
+
+
+def volcano_department_queues(
+    department: DepartmentSpec, projects: tuple[ProjectSpec, ...], pools: tuple[PoolSpec, ...] = ()
+) -> list[dict[str, Any]]:
+    """One parent queue per pool the department's projects have quota in."""
+    by_slug = {p.slug: p for p in pools}
+    amounts_by_pool: dict[str, dict[str, tuple[int, int]]] = {}
+    for (pool_slug, resource), amount in _department_amounts(department.slug, projects).items():
+        amounts_by_pool.setdefault(pool_slug, {})[extended_resource_name(resource)] = (
+            amount.guaranteed,
+            amount.maximum,
+        )
+    queues = []
+    for pool_slug, amounts in sorted(amounts_by_pool.items()):
+        deserved, capability = _amount_lists(by_slug.get(pool_slug), amounts)
+        queues.append(
+            _volcano_queue(
+                volcano_department_queue_name(department.slug, pool_slug),
+                _labels("department", **{L.DEPARTMENT_KEY: department.slug, L.POOL_KEY: pool_slug}),
+                {"deserved": deserved, "capability": capability},
+            )
+        )
+    return queues
 
 
 def resource_quota(project: ProjectSpec, pools: tuple[PoolSpec, ...]) -> dict[str, Any]:
@@ -398,13 +541,14 @@ def desired_quota_objects(model: QuotaModel) -> list[dict[str, Any]]:
         objects += [workload_priority_class(priority), pod_priority_class(priority)]
     departments = sorted(model.departments, key=lambda d: d.slug)
     objects += [cohort(d) for d in departments]
-    objects += [volcano_department_queue(d, model.projects) for d in departments]
+    for department in departments:
+        objects += volcano_department_queues(department, model.projects, model.pools)
     for project in sorted(model.projects, key=lambda p: p.slug):
         objects += [
             namespace(project),
             cluster_queue(project, model.pools, model.priorities),
             local_queue(project),
-            volcano_project_queue(project),
+            *volcano_project_queues(project, model.pools, model.projects),
             resource_quota(project, model.pools),
         ]
     return objects

@@ -719,6 +719,7 @@ class KueueController:
                     strategy=spec.get("queueingStrategy") or "BestEffortFIFO",
                     within_cluster_queue=preemption.get("withinClusterQueue") or "Never",
                     reclaim_within_cohort=preemption.get("reclaimWithinCohort") or "Never",
+                    **_borrow_within_cohort(preemption),
                     namespace_selector=spec.get("namespaceSelector"),
                     stop_policy=spec.get("stopPolicy") or "None",
                     missing_flavors=missing,
@@ -1147,6 +1148,7 @@ class KueueController:
                     requests=requests_of_pod_spec(pod_spec),
                     node_selector=pod_spec.get("nodeSelector") or {},
                     tolerations=pod_spec.get("tolerations") or [],
+                    node_affinity_terms=_required_node_affinity_terms(pod_spec),
                 )
             )
         timestamp = _parse_time(obj["metadata"].get("creationTimestamp"))
@@ -1714,6 +1716,24 @@ def _visibility_resources() -> list[dict]:
             "verbs": ["get"],
         },
     ]
+
+
+def _borrow_within_cohort(preemption: dict) -> dict:
+    """ClusterQueue fields for preemption.borrowWithinCohort (policy, maxPriorityThreshold)."""
+    borrow = preemption.get("borrowWithinCohort") or {}
+    threshold = borrow.get("maxPriorityThreshold")
+    return {
+        "borrow_within_cohort": borrow.get("policy") or "Never",
+        "borrow_max_priority": None if threshold is None else int(threshold),
+    }
+
+
+def _required_node_affinity_terms(pod_spec: dict) -> list | None:
+    """The pod's required node affinity terms (None: no required node affinity)."""
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    return required.get("nodeSelectorTerms")
 
 
 def _restore_map(current: dict | None, original: dict | None) -> dict | None:

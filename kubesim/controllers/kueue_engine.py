@@ -8,9 +8,13 @@ This module has no I/O. The controller (kueue.py) turns API objects into these s
   in a cohort may use its own unlent quota plus what the cohort has left, capped by borrowingLimit;
 - flavors are tried in the ClusterQueue's order per resource group; the first flavor that fits wins
   (borrowing allowed), otherwise the first flavor where preemption could help;
-- preemption candidates: lower-priority workloads of the same ClusterQueue (withinClusterQueue) and
-  workloads of ClusterQueues in the cohort that are borrowing (reclaimWithinCohort); the minimal
-  set is found greedily in Kueue's candidate order, then victims not needed are put back;
+- a flavor whose nodeLabels contradict the pod set's nodeSelector or required node affinity (cut
+  down to that flavor's label keys, as flavorSelector does) is skipped;
+- preemption as the classical preemptor: candidates of the same ClusterQueue (withinClusterQueue)
+  and of cohort ClusterQueues above nominal (reclaimWithinCohort), the latter as hierarchical
+  reclaim when the request fits the preemptor's nominal quota, else by priority under
+  borrowWithinCohort's maxPriorityThreshold; the minimal set is found greedily in Kueue's
+  candidate order, with and without borrowing, then victims not needed are put back;
 - queue order is priority (high first) then queue-order timestamp (old first); every cycle takes one
   head per ClusterQueue, orders heads "not borrowing" first, then priority, then timestamp.
   BestEffortFIFO moves on past a head that does not fit; StrictFIFO stops at it.
@@ -25,6 +29,7 @@ import math
 from dataclasses import dataclass, field
 
 from kubesim.controllers.kueue_quantity import format_milli
+from kubesim.controllers.scheduler import matches_node_affinity
 
 FlavorResource = tuple[str, str]
 
@@ -32,10 +37,18 @@ NO_FIT, PREEMPT, FIT = 0, 1, 2
 
 IN_CLUSTER_QUEUE = "InClusterQueue"
 IN_COHORT_RECLAMATION = "InCohortReclamation"
+IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
 HUMAN_PREEMPTION_REASONS = {
     IN_CLUSTER_QUEUE: "prioritization in the ClusterQueue",
     IN_COHORT_RECLAMATION: "reclamation within the cohort",
+    IN_COHORT_RECLAIM_WHILE_BORROWING: "reclamation within the cohort while borrowing",
 }
+
+# How a preemption candidate may be taken (Kueue's classical preemptionVariant).
+WITHIN_CQ = "WithinCQ"
+HIERARCHICAL_RECLAIM = "HierarchicalReclaim"  # the preemptor reclaims its own nominal quota
+RECLAIM_WITHOUT_BORROWING = "ReclaimWithoutBorrowing"  # only if the preemptor ends up not borrowing
+RECLAIM_WHILE_BORROWING = "ReclaimWhileBorrowing"  # borrowWithinCohort allows it
 
 
 @dataclass
@@ -75,6 +88,8 @@ class ClusterQueue:
     strategy: str = "BestEffortFIFO"
     within_cluster_queue: str = "Never"
     reclaim_within_cohort: str = "Never"
+    borrow_within_cohort: str = "Never"  # preemption.borrowWithinCohort.policy
+    borrow_max_priority: int | None = None  # preemption.borrowWithinCohort.maxPriorityThreshold
     namespace_selector: dict | None = None
     stop_policy: str = "None"
     missing_flavors: list[str] = field(default_factory=list)
@@ -105,6 +120,8 @@ class PodSet:
     requests: dict[str, int]  # per pod, milli-units
     node_selector: dict = field(default_factory=dict)
     tolerations: list = field(default_factory=list)
+    # spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms
+    node_affinity_terms: list | None = None
 
     def total(self) -> dict[str, int]:
         return {r: v * self.count for r, v in self.requests.items() if v > 0}
@@ -172,6 +189,7 @@ class Assignment:
 class Target:
     workload: Workload
     reason: str
+    variant: str = WITHIN_CQ
 
 
 @dataclass
@@ -431,76 +449,108 @@ class KueueEngine:
 
     @staticmethod
     def _preemption_may_help(cq: ClusterQueue, fr: FlavorResource, value: int) -> bool:
-        if cq.quota(fr).nominal < value:
-            return False
-        if cq.within_cluster_queue != "Never":
-            return True
-        return bool(cq.cohort) and cq.reclaim_within_cohort != "Never"
+        """fitsResourceQuota's gate before simulating preemption: the request fits the nominal
+        quota, or borrowWithinCohort lets the ClusterQueue preempt while borrowing."""
+        if cq.quota(fr).nominal >= value:
+            if cq.within_cluster_queue != "Never":
+                return True
+            return bool(cq.cohort) and cq.reclaim_within_cohort != "Never"
+        return bool(cq.cohort) and cq.borrow_within_cohort != "Never"
 
     # ---- preemption ----------------------------------------------------------------------
     def find_targets(self, wl: Workload, cq: ClusterQueue, assignment: Assignment) -> list[Target]:
+        """Kueue v0.19's classical preemption (one-level cohorts): candidates from the same
+        ClusterQueue, from borrowing ClusterQueues of the cohort where the preemptor reclaims its
+        own nominal quota, and from them by priority (borrowWithinCohort), tried with and without
+        borrowing in Kueue's order; the minimal set is then trimmed by putting victims back."""
         usage = assignment.usage
         needs = {fr for fr, v in usage.items() if v > self.available(cq, fr)}
         if not needs:
             return []
-        candidates: list[Target] = []
+        same, hierarchy, by_priority = self._preemption_candidates(wl, cq, usage, needs)
+        if not (same or hierarchy or by_priority):
+            return []
+        ordered = []
+        for evicted in (True, False):
+            for group in (hierarchy, by_priority, same):
+                ordered += [t for t in group if t.workload.evicted == evicted]
+        forbidden = cq.borrow_within_cohort == "Never"
+        under_nominal = all(cq.usage.get(fr, 0) < cq.quota(fr).nominal for fr in needs)
+        if not (hierarchy or by_priority) or (forbidden and not under_nominal):
+            attempts = [True]
+        elif forbidden and not hierarchy:
+            attempts = [False, True]
+        else:
+            attempts = [True, False]
+        for allow_borrowing in attempts:
+            targets = self._minimal_set(wl, cq, usage, needs, ordered, allow_borrowing)
+            if targets:
+                return targets
+        return []
+
+    def _preemption_candidates(self, wl, cq, usage, needs):
+        """(same ClusterQueue, hierarchical reclaim, priority-based) candidates, each sorted by
+        Kueue's CandidatesOrdering (lower priority first, then most recently admitted)."""
+        same: list[Target] = []
+        hierarchy: list[Target] = []
+        by_priority: list[Target] = []
+        # QuantitiesFitInQuota: the whole request fits the preemptor's own nominal quota.
+        advantage = all(cq.usage.get(fr, 0) + v <= cq.quota(fr).nominal for fr, v in usage.items())
         for other in self.workloads.values():
             if other.usage is None or other.key == wl.key:
                 continue
             if not any(fr in other.usage for fr in needs):
                 continue
             if other.cluster_queue == cq.name:
-                policy = cq.within_cluster_queue
-                lower = other.priority < wl.priority
-                newer_equal = other.priority == wl.priority and (
-                    other.timestamp,
-                    other.sequence,
-                ) > (
-                    wl.timestamp,
-                    wl.sequence,
-                )
-                if (policy == "LowerPriority" and lower) or (
-                    policy == "LowerOrNewerEqualPriority" and (lower or newer_equal)
+                if cq.within_cluster_queue != "Never" and _satisfies_policy(
+                    cq.within_cluster_queue, wl, other
                 ):
-                    candidates.append(Target(other, IN_CLUSTER_QUEUE))
+                    same.append(Target(other, IN_CLUSTER_QUEUE, WITHIN_CQ))
                 continue
             other_cq = self.cluster_queues.get(other.cluster_queue)
             if other_cq is None or not cq.cohort or other_cq.cohort != cq.cohort:
                 continue
-            policy = cq.reclaim_within_cohort
-            if policy == "Any" or (policy == "LowerPriority" and other.priority < wl.priority):
-                candidates.append(Target(other, IN_COHORT_RECLAMATION))
-        if not candidates:
-            return []
-        candidates.sort(
-            key=lambda t: (
-                not t.workload.evicted,
-                t.workload.cluster_queue == cq.name,
-                t.workload.priority,
-                -t.workload.reserved_at,
-                t.workload.uid,
+            if cq.reclaim_within_cohort == "Never" or not other_cq.borrowing_in(needs):
+                continue
+            if not _satisfies_policy(cq.reclaim_within_cohort, wl, other):
+                continue
+            if advantage:
+                hierarchy.append(Target(other, IN_COHORT_RECLAMATION, HIERARCHICAL_RECLAIM))
+            elif cq.borrow_within_cohort == "Never" or _above_borrowing_threshold(
+                other.priority, wl.priority, cq.borrow_max_priority
+            ):
+                by_priority.append(Target(other, IN_COHORT_RECLAMATION, RECLAIM_WITHOUT_BORROWING))
+            else:
+                by_priority.append(
+                    Target(other, IN_COHORT_RECLAIM_WHILE_BORROWING, RECLAIM_WHILE_BORROWING)
+                )
+        for group in (same, hierarchy, by_priority):
+            group.sort(
+                key=lambda t: (
+                    not t.workload.evicted,
+                    t.workload.cluster_queue == cq.name,
+                    t.workload.priority,
+                    -t.workload.reserved_at,
+                    t.workload.uid,
+                )
             )
-        )
-        other_queue = any(t.workload.cluster_queue != cq.name for t in candidates)
-        under_nominal = all(cq.usage.get(fr, 0) < cq.quota(fr).nominal for fr in needs)
-        attempts = [False, True] if other_queue and under_nominal else [True]
-        for allow_borrowing in attempts:
-            targets = self._minimal_set(wl, cq, usage, needs, candidates, allow_borrowing)
-            if targets:
-                return targets
-        return []
+        return same, hierarchy, by_priority
+
+    def _candidate_valid(self, target: Target, cq: ClusterQueue, needs, allow_borrowing) -> bool:
+        if target.workload.cluster_queue == cq.name:
+            return True
+        if allow_borrowing and target.variant == RECLAIM_WITHOUT_BORROWING:
+            return False
+        # Only while its ClusterQueue is still above nominal (earlier victims may end that).
+        return self.cluster_queues[target.workload.cluster_queue].borrowing_in(needs)
 
     def _minimal_set(self, wl, cq, usage, needs, candidates, allow_borrowing):
         removed: list[Target] = []
         try:
             for target in candidates:
+                if not self._candidate_valid(target, cq, needs, allow_borrowing):
+                    continue
                 victim = target.workload
-                if victim.cluster_queue != cq.name:
-                    if allow_borrowing:
-                        continue
-                    victim_cq = self.cluster_queues[victim.cluster_queue]
-                    if not victim_cq.borrowing_in(needs):
-                        continue
                 self._add_usage(self.cluster_queues[victim.cluster_queue], victim.usage, -1)
                 removed.append(target)
                 if self._fits(cq, usage, allow_borrowing):
@@ -615,6 +665,30 @@ class KueueEngine:
         return decisions
 
 
+def _satisfies_policy(policy: str, preemptor: Workload, candidate: Workload) -> bool:
+    """Kueue's SatisfiesPreemptionPolicy (withinClusterQueue / reclaimWithinCohort)."""
+    if policy == "Any":
+        return True
+    lower = candidate.priority < preemptor.priority
+    if policy == "LowerPriority":
+        return lower
+    if policy == "LowerOrNewerEqualPriority":
+        newer_equal = candidate.priority == preemptor.priority and (
+            candidate.timestamp,
+            candidate.sequence,
+        ) > (preemptor.timestamp, preemptor.sequence)
+        return lower or newer_equal
+    return False
+
+
+def _above_borrowing_threshold(candidate: int, incoming: int, threshold: int | None) -> bool:
+    """A candidate a borrowing preemptor may not take: not of lower priority than the
+    preemptor, or above borrowWithinCohort.maxPriorityThreshold."""
+    if candidate >= incoming:
+        return True
+    return threshold is not None and candidate > threshold
+
+
 def queue_order(wl: Workload) -> tuple:
     return (-wl.priority, wl.timestamp, wl.sequence, wl.name)
 
@@ -647,10 +721,35 @@ def _flavor_mismatch(flavor: Flavor, ps: PodSet) -> str | None:
                 else (f"{taint.get('key')}:{taint.get('effect')}")
             )
             return f"untolerated taint {shown} in flavor {flavor.name}"
-    for key, value in ps.node_selector.items():
-        if key in flavor.node_labels and flavor.node_labels[key] != value:
-            return f"flavor {flavor.name} doesn't match node affinity"
+    if not flavor_matches_node_affinity(flavor, ps):
+        return f"flavor {flavor.name} doesn't match node affinity"
     return None
+
+
+def flavor_matches_node_affinity(flavor: Flavor, ps: PodSet) -> bool:
+    """Kueue v0.19's flavorSelector: the pod set's nodeSelector and required node affinity, cut
+    down to the keys this flavor's nodeLabels use, must match a node labelled like the flavor.
+
+    An affinity term left with no expressions matches every node, so the whole affinity is then
+    dropped (terms are ORed); matchFields are ignored.
+    """
+    keys = set(flavor.node_labels)
+    spec: dict = {"nodeSelector": {k: v for k, v in ps.node_selector.items() if k in keys}}
+    terms: list[dict] = []
+    for term in ps.node_affinity_terms or []:
+        expressions = [e for e in term.get("matchExpressions") or [] if e.get("key") in keys]
+        if not expressions:
+            terms = []
+            break
+        terms.append({"matchExpressions": expressions})
+    if terms:
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+            }
+        }
+    node = {"metadata": {"name": flavor.name, "labels": flavor.node_labels}}
+    return matches_node_affinity({"spec": spec}, node)
 
 
 def _tolerates(toleration: dict, taint: dict) -> bool:

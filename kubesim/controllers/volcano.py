@@ -8,11 +8,13 @@ the queue controller and the job admission webhooks, writing what Volcano v1.15 
   phases Pending -> Running -> Completed/Failed (Restarting, Aborting/Aborted, Completing) with the
   task counters, and the default policies (PodFailed -> RestartJob/AbortJob, TaskCompleted ->
   CompleteJob when written).
-- Scheduler session (every simulated second or on change): enqueue (Pending -> Inqueue when the
-  queue's capability, its ancestors' capability and the cluster's idle resources x 1.2 (overcommit
-  plugin) admit minResources), then allocate: the pending pods of a gang are bound in one step
-  when at least minAvailable of them fit on the nodes, else none is and the PodGroup gets the
-  Unschedulable condition and event "x/y tasks in gang unschedulable: ...".
+- Scheduler session (every simulated second or on change), configured as the portal needs it
+  (README: the capacity plugin with enableHierarchy, no proportion): enqueue (Pending -> Inqueue
+  when minResources + allocated + inqueue fit the realCapability of the queue and of every
+  ancestor, and the cluster's idle resources x 1.2 (overcommit plugin)), then allocate: the
+  pending pods of a gang are bound in one step when at least minAvailable of them fit on the
+  nodes, else none is and the PodGroup gets the Unschedulable condition and event "x/y tasks in
+  gang unschedulable: ...".
 - Queue status: state Open, PodGroup counts per phase and allocated resources (a parent queue
   counts its children).
 """
@@ -1155,47 +1157,78 @@ class VolcanoController:
     def _capability_shortfall(
         self, queue_name, minimum, allocated, inqueue, cluster_total
     ) -> list[str]:
-        """Resources for which minResources + allocated + inqueue would pass the queue's real
-        capability: min(capability, cluster total - the other queues' guarantees) (proportion
-        plugin), checked up the parent chain."""
+        """Resources for which minResources + allocated + inqueue would pass the realCapability
+        of the queue or of one of its ancestors, as the capacity plugin with enableHierarchy
+        checks at enqueue (checkJobEnqueueableHierarchically). `cluster_total` is unused: with
+        hierarchy the root's capability is its spec's (unlimited when unset), not the nodes'."""
+        del cluster_total
         short: set[str] = set()
-        guarantees: dict[str, int] = {}
-        for other, queue in self.queues.items():
-            if other == queue_name or other in self._ancestors(queue_name):
-                continue
-            _add(
-                guarantees,
-                _parse_list(((queue.get("spec") or {}).get("guarantee") or {}).get("resource")),
-            )
-        leaf_in_use = {
-            r: allocated.get(queue_name, {}).get(r, 0) + inqueue.get(queue_name, {}).get(r, 0)
-            for r in minimum
-        }
-        for resource, amount in minimum.items():
-            if amount <= 0 or resource not in guarantees or resource not in cluster_total:
-                continue
-            if amount + leaf_in_use[resource] > cluster_total[resource] - guarantees[resource]:
-                short.add(resource)
-        seen = set()
-        name = queue_name
-        while name and name not in seen:
-            seen.add(name)
-            queue = self.queues.get(name)
-            if queue is None:
-                break
-            capability = _parse_list((queue.get("spec") or {}).get("capability"))
+        memo: dict[tuple[str, str], int | None] = {}
+        for name in [queue_name, *self._ancestor_chain(queue_name)]:
             subtree = self._subtree(name)
             for resource, amount in minimum.items():
-                if resource not in capability or amount <= 0:
+                if amount <= 0:
+                    continue
+                limit = self._real_capability(name, resource, memo)
+                if limit is None:
                     continue
                 in_use = sum(
                     allocated.get(q, {}).get(resource, 0) + inqueue.get(q, {}).get(resource, 0)
                     for q in subtree
                 )
-                if amount + in_use > capability[resource]:
+                if amount + in_use > limit:
                     short.add(resource)
-            name = (queue.get("spec") or {}).get("parent")
         return sorted(short)
+
+    def _parent_of(self, name: str) -> str | None:
+        """A queue's parent; a queue without one hangs under `root` (None for root itself)."""
+        if name == "root":
+            return None
+        return ((self.queues.get(name) or {}).get("spec") or {}).get("parent") or "root"
+
+    def _ancestor_chain(self, name: str) -> list[str]:
+        chain: list[str] = []
+        parent = self._parent_of(name)
+        while parent and parent not in chain and parent != name:
+            chain.append(parent)
+            parent = self._parent_of(parent)
+        return chain
+
+    def _capability_of(self, name: str, resource: str) -> int | None:
+        """spec.capability, inherited from the nearest ancestor that sets it (None: unlimited)."""
+        for queue in [name, *self._ancestor_chain(name)]:
+            capability = _parse_list(
+                ((self.queues.get(queue) or {}).get("spec") or {}).get("capability")
+            )
+            if resource in capability:
+                return capability[resource]
+        return None
+
+    def _guarantee_of(self, name: str, resource: str) -> int:
+        spec = (self.queues.get(name) or {}).get("spec") or {}
+        return _parse_list((spec.get("guarantee") or {}).get("resource")).get(resource, 0)
+
+    def _real_capability(self, name: str, resource: str, memo: dict) -> int | None:
+        """The capacity plugin's realCapability (checkHierarchicalQueue): root's is its
+        capability; a child's is min(its capability, parent's realCapability − the guarantees of
+        all the parent's children + its own guarantee). None: unlimited."""
+        key = (name, resource)
+        if key in memo:
+            return memo[key]
+        memo[key] = None  # a cycle (refused by the webhook) counts as unlimited
+        parent = self._parent_of(name)
+        own = self._capability_of(name, resource)
+        if parent is None:
+            memo[key] = own
+            return own
+        from_parent = self._real_capability(parent, resource, memo)
+        if from_parent is not None:
+            siblings = [q for q in self.queues if q != "root" and self._parent_of(q) == parent]
+            guarantees = sum(self._guarantee_of(q, resource) for q in siblings)
+            from_parent = from_parent - guarantees + self._guarantee_of(name, resource)
+        candidates = [v for v in (own, from_parent) if v is not None]
+        memo[key] = min(candidates) if candidates else None
+        return memo[key]
 
     def _ancestors(self, name: str) -> set[str]:
         found: set[str] = set()

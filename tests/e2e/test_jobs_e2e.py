@@ -110,7 +110,7 @@ def test_every_kind_and_backend_arrives_with_the_right_shape_and_finishes(e2e_or
         what="Volcano Job",
     )
     assert vcjob["spec"]["minAvailable"] == 2
-    assert vcjob["spec"]["queue"] == "gp-alpha"
+    assert vcjob["spec"]["queue"] == "gp-alpha.h100"  # the project's queue of its one pool
     assert "pytorch" in vcjob["spec"]["plugins"]
 
     ids = [single["id"], mig["id"], gang_kueue["id"], gang_volcano["id"]]
@@ -197,7 +197,7 @@ def test_a_quota_edit_changes_the_cluster_queue_and_volcano_queue(e2e_org, worke
         return next(r["nominalQuota"] for r in resources if r["name"] == "nvidia.com/gpu")
 
     wait_for(lambda: gpu_nominal() == 10, what="ClusterQueue nominalQuota 10")
-    queue = kube.get("scheduling.volcano.sh/v1beta1", "Queue", "gp-alpha")
+    queue = kube.get("scheduling.volcano.sh/v1beta1", "Queue", "gp-alpha.h100")
     assert queue["spec"]["deserved"]["nvidia.com/gpu"] == "10"
 
 
@@ -252,7 +252,7 @@ def test_editing_a_quota_in_the_admin_console_updates_the_cluster(e2e_org, worke
         return next(r for r in resources if r["name"] == "nvidia.com/gpu")
 
     wait_for(lambda: gpu_entry()["nominalQuota"] == 6, what="ClusterQueue nominalQuota 6")
-    queue = kube.get("scheduling.volcano.sh/v1beta1", "Queue", "gp-alpha")
+    queue = kube.get("scheduling.volcano.sh/v1beta1", "Queue", "gp-alpha.h100")
     assert queue["spec"]["deserved"]["nvidia.com/gpu"] == "6"
 
 

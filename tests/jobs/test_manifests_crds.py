@@ -38,8 +38,22 @@ def test_quota_and_job_manifests_pass_the_crd_schemas(kube):
         {},
         {"job_id": 2, "kind": "mig", "gpus": 0, "mig_resource": "nvidia.com/mig-1g.10gb"},
         {"job_id": 3, "kind": "gang", "replicas": 4, "gpus": 8},
-        {"job_id": 4, "kind": "gang", "replicas": 64, "gpus": 8, "backend": "volcano"},
+        {
+            "job_id": 4,
+            "kind": "gang",
+            "replicas": 64,
+            "gpus": 8,
+            "backend": "volcano",
+            "eligible_pools": ("h100",),
+            "eligible_pool_labels": ({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},),
+            "other_pool_labels": ({"pool": "a100"},),
+        },
         {"job_id": 5, "node_selector": {"pool": "h100"}, "runtime_class": "nvidia"},
+        {
+            "job_id": 6,
+            "eligible_pools": ("a100", "h100"),
+            "eligible_pool_labels": ({"pool": "a100"}, {"nvidia.com/gpu.product": "H100"}),
+        },
     ]
     for overrides in variants:
         for obj in build_job_manifests(spec(**overrides)):
@@ -48,4 +62,17 @@ def test_quota_and_job_manifests_pass_the_crd_schemas(kube):
     # Applying everything again is a no-op that keeps one object each.
     for obj in build_job_manifests(spec(job_id=3, kind="gang", replicas=4, gpus=8)):
         kube.apply(obj)
-    assert len(kube.list_owned("batch/v1", "Job", namespace="gp-alpha")) == 4
+    assert len(kube.list_owned("batch/v1", "Job", namespace="gp-alpha")) == 5
+
+
+def test_the_schemas_are_enforced(kube):
+    from portal.kube.apply import PermanentKubeError
+    from quotas.manifests import cluster_queue
+
+    cq = cluster_queue(MODEL.projects[0], MODEL.pools, MODEL.priorities)
+    cq["metadata"]["name"] = "broken"
+    cq["spec"]["preemption"]["withinClusterQueue"] = "Sometimes"
+    with pytest.raises(PermanentKubeError) as info:
+        kube.apply(cq)
+    assert info.value.status == 422
+    assert "withinClusterQueue" in info.value.message

@@ -66,7 +66,7 @@ def test_object_counts_per_kind():
         "WorkloadPriorityClass": 3,
         "PriorityClass": 3,
         "Cohort": 1,
-        "Queue": 3,  # one department parent + two projects
+        "Queue": 5,  # per pool: department parents h100 + a100, alpha h100 + a100, beta h100
         "Namespace": 2,
         "ClusterQueue": 2,
         "LocalQueue": 2,
@@ -120,7 +120,9 @@ def test_cluster_queue_quota_borrowing_cohort_and_selector():
 def test_preemption_follows_priority_classes():
     assert qm.preemption_policy(PRIORITIES) == {
         "withinClusterQueue": "LowerPriority",
-        "reclaimWithinCohort": "Any",
+        # Not Any: a lender takes its quota back only from lower-priority borrowers, so a
+        # non-preemptible ("high") borrower is never evicted by a reclaim.
+        "reclaimWithinCohort": "LowerPriority",
         "borrowWithinCohort": {
             "policy": "LowerPriority",
             "maxPriorityThreshold": PRIORITY_VALUES["normal"],
@@ -133,17 +135,107 @@ def test_preemption_follows_priority_classes():
     }
 
 
-def test_volcano_queues_capability_deserved_parent():
-    leaf = qm.volcano_project_queue(ALPHA)
-    assert leaf["metadata"]["name"] == "gp-alpha"
-    assert leaf["spec"]["parent"] == "gp-dept-research"
-    assert leaf["spec"]["capability"] == {"nvidia.com/gpu": "16", "nvidia.com/mig-1g.10gb": "7"}
-    assert leaf["spec"]["deserved"] == {"nvidia.com/gpu": "10", "nvidia.com/mig-1g.10gb": "7"}
-    parent = qm.volcano_department_queue(qm.DepartmentSpec("research"), MODEL.projects)
-    assert parent["metadata"]["name"] == "gp-dept-research"
-    assert parent["spec"]["deserved"] == {"nvidia.com/gpu": "14", "nvidia.com/mig-1g.10gb": "7"}
-    assert parent["spec"]["capability"]["nvidia.com/gpu"] == "28"
-    assert "parent" not in parent["spec"]
+def test_a_protection_kueue_cannot_express_turns_preemption_off_and_says_so():
+    # "normal" protected but "high" above it and preemptible: LowerPriority would let high
+    # preempt normal, so nothing is preempted rather than break the promise.
+    odd = (
+        qm.PrioritySpec("high", 1000, True),
+        qm.PrioritySpec("normal", 500, False),
+        qm.PrioritySpec("low", 100, True),
+    )
+    assert qm.preemption_policy(odd) == {
+        "withinClusterQueue": "Never",
+        "reclaimWithinCohort": "Never",
+    }
+    explanation = qm.explain_preemption(odd)
+    assert explanation.warnings == (
+        "Marked not preemptible but below another class: normal. Kueue lets every class preempt "
+        "the classes below it, so the portal turned preemption off altogether. Give the "
+        "non-preemptible classes the highest value.",
+    )
+    assert {text for _n, _v, text in explanation.classes} == {"Never preempted: preemption is off."}
+
+
+def test_the_words_on_the_admin_page_follow_the_policy():
+    explanation = qm.explain_preemption(PRIORITIES)
+    assert explanation.policy == qm.preemption_policy(PRIORITIES)
+    assert explanation.warnings == ()
+    texts = {name: text for name, _value, text in explanation.classes}
+    assert texts["high"] == "Never preempted (no class has a higher priority)."
+    assert texts["normal"] == (
+        "By high jobs of its own project; by high jobs of the project it borrowed from, when it "
+        "runs on borrowed quota; by borrowing high jobs of other projects, while its project is "
+        "above its guarantee."
+    )
+    assert texts["low"].startswith("By high, normal jobs of its own project")
+    assert "lower priority" in explanation.guarantee
+
+
+def _queues(objects):
+    return {o["metadata"]["name"]: o for o in objects}
+
+
+def test_volcano_project_queues_one_per_pool_with_the_projects_maximum():
+    leaves = _queues(qm.volcano_project_queues(ALPHA, MODEL.pools, MODEL.projects))
+    assert list(leaves) == ["gp-alpha.a100", "gp-alpha.h100"]
+    h100 = leaves["gp-alpha.h100"]["spec"]
+    assert h100["parent"] == "gp-dept-research.h100"
+    # Per pool, never summed over pools: 8 guaranteed + 4 borrowable in h100.
+    assert h100["capability"] == {
+        "nvidia.com/gpu": "12",
+        "nvidia.com/mig-1g.10gb": "7",
+        "nvidia.com/mig-3g.40gb": "0",  # offered by the pool, no quota: nothing, not unlimited
+    }
+    assert h100["deserved"] == {
+        "nvidia.com/gpu": "8",
+        "nvidia.com/mig-1g.10gb": "7",
+        "nvidia.com/mig-3g.40gb": "0",
+    }
+    a100 = leaves["gp-alpha.a100"]["spec"]
+    assert a100["parent"] == "gp-dept-research.a100"
+    # Its maximum of 4 is bounded by the 2 its department holds in a100 (no other project there).
+    assert a100["capability"] == {"nvidia.com/gpu": "2"}
+    assert a100["deserved"] == {"nvidia.com/gpu": "2"}
+
+
+def test_volcano_department_capability_is_the_arithmetic_modules_department_maximum():
+    from quotas import arithmetic
+
+    parents = _queues(
+        qm.volcano_department_queues(qm.DepartmentSpec("research"), MODEL.projects, MODEL.pools)
+    )
+    assert list(parents) == ["gp-dept-research.a100", "gp-dept-research.h100"]
+    h100 = parents["gp-dept-research.h100"]["spec"]
+    assert "parent" not in h100  # under Volcano's root queue
+    entries = [
+        arithmetic.QuotaEntry(p.slug, p.department_slug, q.pool_slug, q.resource, q.guaranteed)
+        for p in MODEL.projects
+        for q in p.quotas
+    ]
+    expected = arithmetic.department_usable(entries)[("research", "h100", "gpu")]
+    assert expected == arithmetic.UsableAmount(guaranteed=12, maximum=12)  # 8 + 4 nominal
+    # The department can never borrow from another one: its capability is what it is
+    # guaranteed, not the 12 + 12 of its projects' maximums.
+    assert h100["capability"]["nvidia.com/gpu"] == str(expected.maximum)
+    assert h100["deserved"]["nvidia.com/gpu"] == str(expected.guaranteed)
+    assert parents["gp-dept-research.a100"]["spec"]["capability"] == {"nvidia.com/gpu": "2"}
+    # No leaf may exceed its parent (Volcano's webhook refuses it).
+    for project in MODEL.projects:
+        for leaf in qm.volcano_project_queues(project, MODEL.pools, MODEL.projects):
+            parent = parents[leaf["spec"]["parent"]]["spec"]["capability"]
+            for resource, value in leaf["spec"]["capability"].items():
+                assert int(value) <= int(parent[resource])
+
+
+def test_volcano_leaf_with_unlimited_borrowing_reaches_the_department_total():
+    gamma = qm.ProjectSpec(
+        slug="gamma",
+        namespace="gp-gamma",
+        department_slug="research",
+        quotas=(qm.QuotaAmount("a100", "gpu", 1, None),),
+    )
+    (leaf,) = qm.volcano_project_queues(gamma, MODEL.pools, (*MODEL.projects, gamma))
+    assert leaf["spec"]["capability"] == {"nvidia.com/gpu": "3"}  # 2 (alpha) + 1 (its own)
 
 
 def test_resource_quota_caps_gpu_requests_at_the_maximum():
@@ -193,5 +285,5 @@ def test_output_is_deterministic_and_parents_come_first():
     a = qm.desired_quota_objects(MODEL)
     assert a == qm.desired_quota_objects(MODEL)
     names = [(o["kind"], o["metadata"]["name"]) for o in a]
-    assert names.index(("Queue", "gp-dept-research")) < names.index(("Queue", "gp-alpha"))
+    assert names.index(("Queue", "gp-dept-research.h100")) < names.index(("Queue", "gp-alpha.h100"))
     assert names.index(("Namespace", "gp-alpha")) < names.index(("LocalQueue", "gp-alpha"))

@@ -337,14 +337,15 @@ def test_quota_edit_and_delete_touch_only_owned_objects(cluster):
         if r["name"] == "nvidia.com/gpu"
     )
     assert gpu["nominalQuota"] == 12
-    queue = kube.get(VOLCANO, "Queue", name)
+    # Volcano: one leaf queue per pool (gp-<project>.<pool>).
+    queue = kube.get(VOLCANO, "Queue", f"{name}.h100")
     assert queue["spec"]["deserved"]["nvidia.com/gpu"] == "12"
     Job.objects.filter(project=project).delete()
     services.project_delete(actor=None, project=project)
     report = sync.sync_quota_objects()
     assert report.deleted == 2  # its ClusterQueue and Volcano queue; the namespace is kept
     assert kube.get(KUEUE, "ClusterQueue", name) is None
-    assert kube.get(VOLCANO, "Queue", name) is None
+    assert kube.get(VOLCANO, "Queue", f"{name}.h100") is None
     assert kube.get("v1", "Namespace", name) is not None
     assert kube.get(KUEUE, "ClusterQueue", "someone-elses") is not None
 

@@ -181,3 +181,97 @@ def test_no_preemption_of_equal_priority():
     engine.upsert(make_wl("b", 2, priority=5, ts=2))
     (decision,) = engine.schedule(now=2)
     assert decision.kind == "pending"
+
+
+# ---- the portal's policy (quotas.manifests.preemption_policy) as Kueue v0.19 applies it -------
+PORTAL_POLICY = {
+    "within_cluster_queue": "LowerPriority",
+    "reclaim_within_cohort": "LowerPriority",
+    "borrow_within_cohort": "LowerPriority",
+    "borrow_max_priority": 500,
+}
+HIGH, NORMAL, LOW = 1000, 500, 100
+
+
+def lender_and_borrower(**policy):
+    lender = make_cq("lender", 8, cohort="co", **policy)
+    borrower = make_cq("borrower", 0, cohort="co", **policy)
+    return engine_with(lender, borrower)
+
+
+def borrow_then_claim(engine, borrower_priority, lender_priority):
+    engine.upsert(make_wl("borrowed", 8, cq="borrower", priority=borrower_priority, ts=1))
+    assert [d.kind for d in engine.schedule(now=1)] == ["admit"]
+    engine.upsert(make_wl("owner", 8, cq="lender", priority=lender_priority, ts=2))
+    (decision,) = engine.schedule(now=2)
+    return decision
+
+
+def test_a_lender_does_not_reclaim_from_a_high_priority_borrower():
+    decision = borrow_then_claim(lender_and_borrower(**PORTAL_POLICY), HIGH, NORMAL)
+    assert decision.kind == "pending"
+    # Even the lender's own high job waits: LowerPriority never takes an equal priority.
+    decision = borrow_then_claim(lender_and_borrower(**PORTAL_POLICY), HIGH, HIGH)
+    assert decision.kind == "pending"
+
+
+def test_a_lender_reclaims_from_a_low_priority_borrower():
+    decision = borrow_then_claim(lender_and_borrower(**PORTAL_POLICY), LOW, NORMAL)
+    assert decision.kind == "preempting"
+    assert [(t.workload.name, t.reason) for t in decision.targets] == [
+        ("borrowed", IN_COHORT_RECLAMATION)
+    ]
+
+
+def test_reclaim_any_would_evict_the_high_priority_borrower():
+    decision = borrow_then_claim(
+        lender_and_borrower(reclaim_within_cohort="Any", within_cluster_queue="LowerPriority"),
+        HIGH,
+        LOW,
+    )
+    assert decision.kind == "preempting"
+    assert [t.workload.name for t in decision.targets] == ["borrowed"]
+
+
+def _two_borrowers(victim_priority, **policy):
+    # idle owns 8 and lends them; "a" borrows 4 of them, then "b" wants 8 while borrowing.
+    idle = make_cq("idle", 8, cohort="co", **policy)
+    a = make_cq("a", 0, cohort="co", **policy)
+    b = make_cq("b", 0, cohort="co", **policy)
+    engine = engine_with(idle, a, b)
+    engine.upsert(make_wl("a-job", 4, cq="a", priority=victim_priority, ts=1))
+    assert [d.kind for d in engine.schedule(now=1)] == ["admit"]
+    engine.upsert(make_wl("b-job", 8, cq="b", priority=HIGH, ts=2))
+    (decision,) = engine.schedule(now=2)
+    return decision
+
+
+def test_borrow_within_cohort_takes_lower_borrowers_up_to_the_threshold():
+    decision = _two_borrowers(LOW, **PORTAL_POLICY)
+    assert decision.kind == "preempting"
+    assert [(t.workload.name, t.reason) for t in decision.targets] == [
+        ("a-job", "InCohortReclaimWhileBorrowing")
+    ]
+    # Above maxPriorityThreshold (a protected class) it is never taken by a borrower.
+    policy = {**PORTAL_POLICY, "borrow_max_priority": 100}
+    assert _two_borrowers(NORMAL, **policy).kind == "pending"
+    # Without borrowWithinCohort a borrower preempts nobody in other ClusterQueues.
+    policy = {**PORTAL_POLICY, "borrow_within_cohort": "Never", "borrow_max_priority": None}
+    assert _two_borrowers(LOW, **policy).kind == "pending"
+
+
+def test_reclaim_takes_the_lowest_priority_borrowed_work_first_and_stops_at_nominal():
+    engine = engine_with(
+        make_cq("lender", 8, cohort="co", **PORTAL_POLICY),
+        make_cq("borrower", 4, cohort="co", **PORTAL_POLICY),
+    )
+    engine.upsert(make_wl("b-normal", 4, cq="borrower", priority=NORMAL, ts=1))
+    engine.upsert(make_wl("b-low", 4, cq="borrower", priority=LOW, ts=2))
+    engine.upsert(make_wl("b-low2", 4, cq="borrower", priority=LOW, ts=3))
+    engine.schedule(now=3)
+    engine.upsert(make_wl("owner", 8, cq="lender", priority=HIGH, ts=4))
+    (decision,) = engine.schedule(now=4)
+    assert decision.kind == "preempting"
+    # The borrower is 8 above its nominal 4: both low jobs go, the normal one (within its
+    # nominal once they are gone) stays.
+    assert sorted(t.workload.name for t in decision.targets) == ["b-low", "b-low2"]

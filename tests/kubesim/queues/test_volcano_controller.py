@@ -293,23 +293,51 @@ def test_min_resources_are_the_first_min_available_pods():
     assert min_resources_of(spec)["pods"] == 2000
 
 
-def test_other_queues_guarantees_are_not_available(volcano):
+def _queue(store, name, **spec):
+    store.create({"apiVersion": PG_API, "kind": "Queue", "metadata": {"name": name}, "spec": spec})
+
+
+def test_siblings_guarantees_come_off_the_parents_capability(volcano):
+    # The capacity plugin with enableHierarchy: a child's realCapability is the parent's minus
+    # the guarantees of the parent's children, plus its own guarantee.
     ctx, controller = volcano
     store = ctx.store
-    store.create(
-        {
-            "apiVersion": PG_API,
-            "kind": "Queue",
-            "metadata": {"name": "reserved"},
-            "spec": {"guarantee": {"resource": {GPU: "12"}}, "deserved": {GPU: "12"}},
-        }
+    _queue(store, "dept", capability={GPU: "16"}, deserved={GPU: "16"})
+    controller.reconcile()
+    _queue(
+        store, "reserved", parent="dept", guarantee={"resource": {GPU: "12"}}, deserved={GPU: "12"}
     )
-    job = vcjob(store, "greedy", [task("main", 1, 8)])
+    _queue(store, "mine", parent="dept", capability={GPU: "16"})
+    controller.reconcile()
+    job = vcjob(store, "greedy", [task("main", 1, 8)], queue="mine")
     controller.reconcile()
     controller.reconcile()
-    # 16 GPUs in the cluster, 12 guaranteed to another queue: 8 cannot be enqueued here.
+    # 16 in the department, 12 guaranteed to the sibling: 4 left, so 8 cannot be enqueued here.
     assert podgroup(store, job)["status"]["phase"] == "Pending"
     assert pods_of(store, "greedy") == []
+    small = vcjob(store, "fits", [task("main", 1, 4)], queue="mine")
+    controller.reconcile()
+    controller.reconcile()
+    assert podgroup(store, small)["status"]["phase"] in ("Inqueue", "Running")
+
+
+def test_a_parents_capability_bounds_all_its_children_together(volcano):
+    ctx, controller = volcano
+    store = ctx.store
+    _queue(store, "dept2", capability={GPU: "8"}, deserved={GPU: "8"})
+    controller.reconcile()
+    _queue(store, "left", parent="dept2", capability={GPU: "8"})
+    _queue(store, "right", parent="dept2", capability={GPU: "8"})
+    controller.reconcile()
+    first = vcjob(store, "first", [task("main", 1, 8)], queue="left")
+    controller.reconcile()
+    controller.reconcile()
+    assert podgroup(store, first)["status"]["phase"] in ("Inqueue", "Running")
+    second = vcjob(store, "second", [task("main", 1, 4)], queue="right")
+    controller.reconcile()
+    controller.reconcile()
+    # Its own capability has room, the department's does not.
+    assert podgroup(store, second)["status"]["phase"] == "Pending"
 
 
 def command(store, name, action, target_kind, target):
