@@ -430,6 +430,8 @@ def _check_cpu_memory(
             return []
         fitting = still
     return fitting
+
+
 def choose_gang_pool(pools: list[PoolFacts], resource: str = FULL_GPU) -> PoolFacts:
     """The one pool a Volcano gang is pinned to when the user named none.
 

@@ -6,7 +6,7 @@ import tenants.models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tenants", "0001_initial"),
+        ("tenants", "0002_project_namespace_generated"),
     ]
 
     operations = [

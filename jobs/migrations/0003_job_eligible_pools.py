@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("jobs", "0001_initial"),
+        ("jobs", "0002_job_safety"),
     ]
 
     operations = [
