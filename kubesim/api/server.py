@@ -49,7 +49,7 @@ def _json_response(body, status: int = 200, headers: dict | None = None) -> web.
 
 
 def error_response(exc: errors.ApiError) -> web.Response:
-    return _json_response(exc.status(), status=exc.code)
+    return _json_response(exc.body(), status=exc.code)
 
 
 class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):

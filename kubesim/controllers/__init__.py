@@ -18,7 +18,18 @@ QUEUE_CONTROLLERS = ("kubesim.controllers.kueue", "kubesim.controllers.volcano")
 async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
     """Build the nodes of the cluster description and start every controller."""
     from kubesim import cluster as cluster_mod
-    from kubesim.controllers import admission, dcgm, endpoints, faults, jobs, kubelet, scheduler
+    from kubesim.controllers import (
+        admission,
+        apis,
+        dcgm,
+        defaults,
+        endpoints,
+        faults,
+        jobs,
+        kubelet,
+        scheduler,
+        workloads,
+    )
 
     path = getattr(options, "cluster", None)
     try:
@@ -36,10 +47,13 @@ async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
         cluster=cluster,
     )
     admission.install(ctx)
+    apis.install(ctx)
     endpoints.start(ctx)
+    defaults.install(ctx)
     cluster_mod.install(ctx)
     scheduler.start(ctx)
     jobs.start(ctx)
+    workloads.start(ctx)
     kubelet.start(ctx)
     dcgm.start(ctx)
     faults.start(ctx)
