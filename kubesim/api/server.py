@@ -841,9 +841,12 @@ class KubeServer:
         options: dict = {}
         if raw:
             try:
-                options = orjson.loads(raw)
-            except orjson.JSONDecodeError:
+                # kubectl's typed clients send DeleteOptions as protobuf
+                options = protobuf.decode_body(raw, request.content_type)
+            except ValueError:
                 raise errors.bad_request("the DeleteOptions body could not be decoded") from None
+            if not isinstance(options, dict):
+                raise errors.bad_request("the DeleteOptions body must be an object")
         query = request.query
         if query.get("propagationPolicy"):
             options["propagationPolicy"] = query["propagationPolicy"]

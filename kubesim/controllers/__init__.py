@@ -23,11 +23,14 @@ async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
         apis,
         dcgm,
         defaults,
+        disruption,
         endpoints,
         faults,
         jobs,
         kubelet,
+        pod_admission,
         scheduler,
+        storage,
         workloads,
     )
 
@@ -47,6 +50,9 @@ async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
         cluster=cluster,
     )
     admission.install(ctx)
+    pod_admission.install(ctx)
+    storage.install(ctx)
+    disruption.install(ctx)
     apis.install(ctx)
     endpoints.start(ctx)
     defaults.install(ctx)

@@ -22,7 +22,7 @@ import uuid
 import orjson
 from aiohttp import web
 
-from kubesim.api import errors
+from kubesim.api import errors, protobuf
 from kubesim.api.quantity import canonical
 from kubesim.api.selectors import labels_match, to_requirements
 from kubesim.controllers.context import follow
@@ -46,9 +46,10 @@ def _json(body: dict, status: int = 200) -> web.Response:
 async def _read_body(request: web.Request, kind: str) -> dict:
     raw = await request.read()
     try:
-        body = orjson.loads(raw) if raw.strip() else {}
-    except orjson.JSONDecodeError:
-        raise errors.bad_request(f"the body of a {kind} could not be decoded as JSON") from None
+        # kubectl's typed clients (auth can-i, create token) send protobuf
+        body = protobuf.decode_body(raw, request.content_type) if raw.strip() else {}
+    except ValueError:
+        raise errors.bad_request(f"the body of a {kind} could not be decoded") from None
     if not isinstance(body, dict):
         raise errors.bad_request(f"the body of a {kind} must be an object")
     return body
@@ -452,5 +453,12 @@ def install(ctx) -> ExtraApis:
     server.add_route("GET", metrics + "/namespaces/{namespace}/pods/{name}", apis.pod_metrics)
     server.set_subresource_handler("v1", "ServiceAccount", "token", apis.token_request)
     _discovery(server)
+
+    def namespace_written(event_type: str, rtype, obj: dict, old: dict | None) -> None:
+        # at once, so that a pod created right after its namespace finds the default account
+        if event_type == "ADDED" and rtype.group == "" and rtype.kind == "Namespace":
+            apis.on_namespace(event_type, obj)
+
+    ctx.store.add_write_listener(namespace_written)
     ctx.spawn(follow(ctx.store, "v1", "Namespace", apis.on_namespace), "namespace-defaults")
     return apis

@@ -11,6 +11,27 @@ from kubesim.api import errors
 NODE_PORT_RANGE = (30000, 32767)
 
 
+def default_template(spec: dict) -> None:
+    """SetDefaults_PodSpec on a workload's pod template, as upstream defaults templates too."""
+    from kubesim.controllers.admission import _default_container
+
+    template = spec.get("template")
+    if not isinstance(template, dict):
+        return
+    pod_spec = template.setdefault("spec", {})
+    if not isinstance(pod_spec, dict):
+        return
+    for key in ("initContainers", "containers"):
+        for container in pod_spec.get(key) or []:
+            if isinstance(container, dict):
+                _default_container(container)
+    pod_spec.setdefault("restartPolicy", "Always")
+    pod_spec.setdefault("dnsPolicy", "ClusterFirst")
+    pod_spec.setdefault("schedulerName", "default-scheduler")
+    pod_spec.setdefault("securityContext", {})
+    pod_spec.setdefault("terminationGracePeriodSeconds", 30)
+
+
 def _template_labels(spec: dict) -> dict:
     return dict(((spec.get("template") or {}).get("metadata") or {}).get("labels") or {})
 
@@ -19,6 +40,7 @@ def replication_controller(operation: str, rc: dict, old: dict | None) -> None:
     if operation != "CREATE":
         return
     spec = rc.setdefault("spec", {})
+    default_template(spec)
     spec.setdefault("replicas", 1)
     spec.setdefault("minReadySeconds", 0)
     labels = _template_labels(spec)
@@ -33,6 +55,7 @@ def replica_set(operation: str, rs: dict, old: dict | None) -> None:
     if operation != "CREATE":
         return
     spec = rs.setdefault("spec", {})
+    default_template(spec)
     spec.setdefault("replicas", 1)
     spec.setdefault("minReadySeconds", 0)
     rs["status"] = {"replicas": 0}
@@ -42,6 +65,7 @@ def deployment(operation: str, obj: dict, old: dict | None) -> None:
     if operation != "CREATE":
         return
     spec = obj.setdefault("spec", {})
+    default_template(spec)
     spec.setdefault("replicas", 1)
     strategy = spec.setdefault("strategy", {})
     strategy.setdefault("type", "RollingUpdate")
@@ -57,6 +81,7 @@ def stateful_set(operation: str, obj: dict, old: dict | None) -> None:
     if operation != "CREATE":
         return
     spec = obj.setdefault("spec", {})
+    default_template(spec)
     spec.setdefault("replicas", 1)
     spec.setdefault("podManagementPolicy", "OrderedReady")
     spec.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
@@ -72,6 +97,7 @@ def daemon_set(operation: str, obj: dict, old: dict | None) -> None:
     if operation != "CREATE":
         return
     spec = obj.setdefault("spec", {})
+    default_template(spec)
     spec.setdefault(
         "updateStrategy",
         {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},

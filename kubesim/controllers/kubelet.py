@@ -29,7 +29,7 @@ from aiohttp import web
 from kubesim.api.errors import ApiError, bad_request, not_found
 from kubesim.clock import rfc3339
 from kubesim.cluster import SYSTEM_POD_ANNOTATION, Cluster, node_resources, ready_conditions
-from kubesim.controllers import events, shell
+from kubesim.controllers import events, shell, storage
 from kubesim.controllers.context import follow
 from kubesim.controllers.scheduler import quantity_units
 
@@ -39,6 +39,7 @@ DEVICES_ANNOTATION = "kubesim.dev/devices"
 LEASE_NAMESPACE = "kube-node-lease"
 # XIDs the device plugin treats as application errors (the GPU stays healthy).
 APPLICATION_XIDS = {13, 31, 43, 45, 68, 109}
+MOUNT_RETRY_SECONDS = 10.0  # the kubelet retries volume set-up (events aggregate)
 
 
 def _ts(epoch: float) -> str:
@@ -581,6 +582,12 @@ class PodRunner:
         self._annotate_devices()
         if not self.publish():
             return
+        # a missing ConfigMap, Secret or claim keeps the pod ContainerCreating, as a kubelet does
+        while problems := storage.mount_problems(self.store, self.pod):
+            for _volume, message in problems:
+                self.record("FailedMount", message, type="Warning")
+            if await self.wait(MOUNT_RETRY_SECONDS):
+                return await self._stopped()
         deadline = spec.get("activeDeadlineSeconds")
         if deadline is not None:
             remaining = self.started_at + float(deadline) - self.clock.time()
