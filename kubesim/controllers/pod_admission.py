@@ -203,10 +203,14 @@ class PodAdmission:
                         resources = c.setdefault("resources", {})
                         for res, value in (item.get("default") or {}).items():
                             resources.setdefault("limits", {}).setdefault(res, value)
+                        requests = resources.setdefault("requests", {})
                         for res, value in (item.get("defaultRequest") or {}).items():
-                            requests = resources.setdefault("requests", {})
-                            if res not in requests:
-                                requests[res] = (resources.get("limits") or {}).get(res, value)
+                            requests.setdefault(res, value)
+                        # a limit without a request makes the request (API defaulting)
+                        for res, value in (resources.get("limits") or {}).items():
+                            requests.setdefault(res, value)
+                        if not requests:
+                            del resources["requests"]
                         problems.extend(_min_max(item, resources))
         if problems:
             raise errors.forbidden(
