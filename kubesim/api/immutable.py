@@ -50,6 +50,12 @@ def _pod(obj: dict, old: dict) -> list[dict]:
         new_spec.pop("nodeName", None)
         old_spec.pop("nodeName", None)
     old_gates = old_spec.pop("schedulingGates", None) or []
+    if old_gates:
+        # a gated pod's scheduling directives may gain entries (PodSchedulingReadiness)
+        new_selector = new_spec.pop("nodeSelector", None) or {}
+        old_selector = old_spec.pop("nodeSelector", None) or {}
+        if any(new_selector.get(k) != v for k, v in old_selector.items()):
+            new_spec["nodeSelector"], old_spec["nodeSelector"] = new_selector, old_selector
     new_gates = new_spec.pop("schedulingGates", None) or []
     new_tolerations = new_spec.pop("tolerations", None) or []
     old_tolerations = old_spec.pop("tolerations", None) or []

@@ -78,6 +78,10 @@ async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
             ctx.tasks.append(result)
         elif isinstance(result, list | tuple):
             ctx.tasks.extend(t for t in result if isinstance(t, asyncio.Task))
+    # Kueue's pod integration (its own module, beside the Job integration in kueue.py)
+    from kubesim.controllers import kueue_pods
+
+    kueue_pods.install(ctx)
     # A task may be appended twice (returned and spawned); keep each once.
     unique: list[asyncio.Task] = []
     for task in ctx.tasks:

@@ -29,7 +29,7 @@ import time
 from kubesim.api.errors import ApiError
 from kubesim.api.selectors import label_selector_from_dict, labels_match
 from kubesim.clock import rfc3339
-from kubesim.controllers import events
+from kubesim.controllers import events, kueue_partial
 from kubesim.controllers.kueue_engine import (
     ClusterQueue,
     Decision,
@@ -924,6 +924,7 @@ class KueueController:
         }
         if merged_tolerations:
             patch["spec"]["template"]["spec"]["tolerations"] = merged_tolerations
+        kueue_partial.start_patch(job, wl, patch)
         updated = self._patch_job(job, patch)
         if updated is None:
             return
@@ -965,6 +966,7 @@ class KueueController:
                 },
             }
         }
+        kueue_partial.stop_patch(job, patch)
         updated = self._patch_job(job, patch)
         if updated is None:
             return
@@ -1218,7 +1220,7 @@ class KueueController:
 
     # ---- scheduler ---------------------------------------------------------------------------
     def _schedule(self, now: float) -> None:
-        decisions = self.engine.schedule(now)
+        decisions = kueue_partial.retry_partial(self, self.engine.schedule(now), now)
         for decision in decisions:
             obj = self.workloads.get(decision.workload.key)
             if obj is None:
