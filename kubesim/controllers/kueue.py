@@ -371,12 +371,14 @@ class KueueController:
                 (old or {}).get("metadata", {}).get("labels") or {}
             ):
                 return
-            errors = self._validate_job_create(job) + self._validate_job_update(job, old or {})
+            errors = self._validate_job_create(job, creating=False) + self._validate_job_update(
+                job, old or {}
+            )
         if errors:
             raise _deny("vjob.kb.io", errors)
 
     @staticmethod
-    def _validate_job_create(job: dict) -> list[str]:
+    def _validate_job_create(job: dict, *, creating: bool = True) -> list[str]:
         errors: list[str] = []
         meta = job.get("metadata") or {}
         labels = meta.get("labels") or {}
@@ -396,7 +398,8 @@ class KueueController:
                     )
                 )
         minimum = (meta.get("annotations") or {}).get(MIN_PARALLELISM_ANNOTATION)
-        if minimum is not None:
+        # on update the range is not checked: a partial admission lowers parallelism to >= min
+        if minimum is not None and creating:
             path = f"metadata.annotations[{MIN_PARALLELISM_ANNOTATION}]"
             count = _job_pods_count(job)
             try:

@@ -305,16 +305,22 @@ class PodIntegration:
 
     def _ungate(self, pod: dict, workload: dict) -> None:
         selector: dict = {}
+        spec = pod.get("spec") or {}
+        tolerations = list(spec.get("tolerations") or [])
         admission = (workload.get("status") or {}).get("admission") or {}
         for psa in admission.get("podSetAssignments") or []:
-            for flavor_name in set((psa.get("flavors") or {}).values()):
+            for flavor_name in sorted(set((psa.get("flavors") or {}).values())):
                 flavor = self.store.try_get(API, "ResourceFlavor", None, flavor_name) or {}
                 selector.update((flavor.get("spec") or {}).get("nodeLabels") or {})
-        spec = pod.get("spec") or {}
+                for toleration in (flavor.get("spec") or {}).get("tolerations") or []:
+                    if toleration not in tolerations:
+                        tolerations.append(toleration)
         gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != GATE]
         patch: dict = {"spec": {"schedulingGates": gates or None}}
         if selector:
             patch["spec"]["nodeSelector"] = {**selector, **(spec.get("nodeSelector") or {})}
+        if tolerations != list(spec.get("tolerations") or []):
+            patch["spec"]["tolerations"] = tolerations
         with contextlib.suppress(errors.ApiError):
             self.store.patch(
                 "v1",
