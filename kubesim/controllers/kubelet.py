@@ -1142,6 +1142,38 @@ class Kubelet:
             headers={"Content-Type": "text/plain", "Transfer-Encoding": "chunked"}
         )
         await response.prepare(request)
+        # the client going away (an interrupted `kubectl logs -f`) just ends the stream
+        with contextlib.suppress(ConnectionError):
+            await self._follow_logs(
+                response,
+                runner,
+                container,
+                previous,
+                namespace,
+                name,
+                first,
+                lines,
+                select,
+                render,
+                limit_bytes,
+            )
+        return response
+
+    async def _follow_logs(
+        self,
+        response,
+        runner,
+        container,
+        previous,
+        namespace,
+        name,
+        first,
+        lines,
+        select,
+        render,
+        limit_bytes,
+    ) -> None:
+        """Stream new log lines until the container ends, the pod goes or the limit is hit."""
         sent = len(select(lines))
         written = 0
         chunk = render(first)
@@ -1164,7 +1196,6 @@ class Kubelet:
                 break
             await asyncio.sleep(0.1)
         await response.write_eof()
-        return response
 
     async def pod_resources_handler(self, request: web.Request):
         node = request.match_info["node"]
