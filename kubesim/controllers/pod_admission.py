@@ -117,6 +117,7 @@ class PodAdmission:
         self.ctx = ctx
         self.store = ctx.store
         self.dirty_quota_namespaces: set[str] = set()
+        self._pod_being_admitted: dict = {}
         self.wake = asyncio.Event()
 
     # ---------------------------------------------------------------- pods
@@ -131,6 +132,7 @@ class PodAdmission:
         self._runtime_class(name, spec)
         self._limit_ranges(namespace, name, spec)
         self._pod_security(namespace, name, pod)
+        self._pod_being_admitted = pod
         self._quota(namespace, name, "pods", pod_usage(pod))
 
     def _service_account(self, namespace: str, name: str, spec: dict) -> None:
@@ -304,7 +306,7 @@ class PodAdmission:
             if not hard:
                 continue
             if plural == "pods":
-                missing = _missing_compute(hard, usage)
+                missing = _missing_compute(hard, self._pod_being_admitted)
                 if missing:
                     raise errors.forbidden(
                         f'pods "{name}" is forbidden: failed quota: '
@@ -389,18 +391,34 @@ class PodAdmission:
                 await asyncio.sleep(0)
 
 
-def _missing_compute(hard: dict, usage: dict[str, Quantity]) -> str:
-    """'limits.cpu for: main; requests.memory for: main' when a quota tracks a compute resource the
-    pod leaves unset (upstream words it per resource; all containers lumped here)."""
-    missing = []
+def _missing_compute(hard: dict, pod: dict) -> str:
+    """'limits.cpu for: main; requests.memory for: main' when a quota tracks a compute resource
+    that containers of the pod leave unset, worded as upstream."""
+    containers = [c for c in (pod.get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
+    parts = []
     for key in sorted(hard):
-        base = key.split(".", 1)[1] if key.startswith(("requests.", "limits.")) else key
+        kind, _, base = (
+            key.partition(".")
+            if key.startswith(("requests.", "limits."))
+            else (
+                "requests",
+                "",
+                key,
+            )
+        )
         if base not in _STANDARD_REQUESTS:
             continue
-        usage_key = key if key.startswith(("requests.", "limits.")) else f"requests.{key}"
-        if usage_key not in usage:
-            missing.append(usage_key)
-    return "; ".join(f"{key} for: pod" for key in missing)
+        names = []
+        for c in containers:
+            resources = c.get("resources") or {}
+            values = dict(resources.get("limits") or {})
+            if kind == "requests":
+                values.update(resources.get("requests") or {})
+            if base not in values:
+                names.append(c.get("name", ""))
+        if names:
+            parts.append(f"{kind}.{base} for: {','.join(names)}")
+    return "; ".join(parts)
 
 
 def _min_max(item: dict, resources: dict) -> list[str]:
