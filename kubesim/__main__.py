@@ -192,6 +192,7 @@ async def serve(options: argparse.Namespace) -> int:
     port = await server.start(options.host, options.port, certificates.server_context(workdir))
     url = f"https://{options.host}:{port}"
     config = kubeconfig(url, certificates.ca_pem, token)
+    server.ca_pem = certificates.ca_pem  # published in each namespace's kube-root-ca.crt
     write_atomically(options.kubeconfig_out, yaml.safe_dump(config, sort_keys=False).encode())
     tasks: list[asyncio.Task] = []
     if not options.no_cluster:

@@ -410,10 +410,39 @@ def _validate_containers(containers, field: str, seen: set, causes: list[dict]) 
         causes.extend(
             validate_resource_requirements(container.get("resources"), f"{path}.resources")
         )
+        causes.extend(_validate_container_ports(container.get("ports"), f"{path}.ports"))
         env_names = container.get("env") or []
         for env_index, env in enumerate(env_names if isinstance(env_names, list) else []):
             if isinstance(env, dict) and not env.get("name"):
                 causes.append(required(f"{path}.env[{env_index}].name"))
+
+
+PORT_RANGE_MSG = "must be between 1 and 65535, inclusive"
+_PROTOCOLS = ["SCTP", "TCP", "UDP"]
+
+
+def _port_errors(value, field: str, *, required_value: bool) -> list[dict]:
+    if value is None:
+        return [required(field)] if required_value else []
+    if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= 65535:
+        return [invalid(field, value, PORT_RANGE_MSG)]
+    return []
+
+
+def _validate_container_ports(ports, field: str) -> list[dict]:
+    causes: list[dict] = []
+    for index, port in enumerate(ports if isinstance(ports, list) else []):
+        if not isinstance(port, dict):
+            continue
+        path = f"{field}[{index}]"
+        causes.extend(
+            _port_errors(port.get("containerPort"), f"{path}.containerPort", required_value=True)
+        )
+        causes.extend(_port_errors(port.get("hostPort"), f"{path}.hostPort", required_value=False))
+        protocol = port.get("protocol")
+        if protocol is not None and protocol not in _PROTOCOLS:
+            causes.append(not_supported(f"{path}.protocol", protocol, _PROTOCOLS))
+    return causes
 
 
 def validate_pod_spec(spec, field: str) -> list[dict]:
@@ -500,12 +529,138 @@ def _validate_job(obj: dict) -> list[dict]:
     return causes
 
 
+def _selector_matches(selector: dict, labels: dict) -> bool:
+    for key, value in _dict(selector.get("matchLabels")).items():
+        if labels.get(key) != value:
+            return False
+    for expr in _list(selector.get("matchExpressions")):
+        expr = _dict(expr)
+        key, op, values = expr.get("key"), expr.get("operator"), _list(expr.get("values"))
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
 def _validate_workload_controller(obj: dict) -> list[dict]:
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return [required("spec")]
     causes = _non_negative(spec, "replicas", "spec")
     causes.extend(validate_pod_template(spec.get("template"), "spec.template"))
+    selector = spec.get("selector")
+    labels = _dict(_dict(_dict(spec.get("template")).get("metadata")).get("labels"))
+    if not isinstance(selector, dict):
+        causes.append(required("spec.selector"))
+    elif not selector.get("matchLabels") and not selector.get("matchExpressions"):
+        causes.append(
+            invalid(
+                "spec.selector",
+                selector,
+                f"empty selector is invalid for {str(obj.get('kind', '')).lower()}",
+            )
+        )
+    elif not _selector_matches(selector, labels):
+        causes.append(
+            invalid(
+                "spec.template.metadata.labels",
+                labels,
+                "`selector` does not match template `labels`",
+            )
+        )
+    if obj.get("kind") == "Deployment":
+        strategy = _dict(spec.get("strategy"))
+        kind = strategy.get("type")
+        if kind is not None and kind not in ("Recreate", "RollingUpdate"):
+            causes.append(not_supported("spec.strategy.type", kind, ["Recreate", "RollingUpdate"]))
+    return causes
+
+
+def _validate_replication_controller(obj: dict) -> list[dict]:
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return [required("spec")]
+    causes = _non_negative(spec, "replicas", "spec")
+    causes.extend(validate_pod_template(spec.get("template"), "spec.template"))
+    selector = _dict(spec.get("selector"))
+    labels = _dict(_dict(_dict(spec.get("template")).get("metadata")).get("labels"))
+    if selector and any(labels.get(k) != v for k, v in selector.items()):
+        causes.append(
+            invalid(
+                "spec.template.metadata.labels",
+                labels,
+                "`selector` does not match template `labels`",
+            )
+        )
+    return causes
+
+
+_SERVICE_TYPES = ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"]
+
+
+def _validate_service(obj: dict) -> list[dict]:
+    spec = _dict(obj.get("spec"))
+    causes: list[dict] = []
+    kind = spec.get("type")
+    if kind is not None and kind not in _SERVICE_TYPES:
+        causes.append(not_supported("spec.type", kind, _SERVICE_TYPES))
+    ports = _list(spec.get("ports"))
+    if not ports and kind != "ExternalName" and spec.get("clusterIP") != "None":
+        causes.append(required("spec.ports"))
+    names: set = set()
+    for index, port in enumerate(ports):
+        port = _dict(port)
+        path = f"spec.ports[{index}]"
+        causes.extend(_port_errors(port.get("port"), f"{path}.port", required_value=True))
+        target = port.get("targetPort")
+        if isinstance(target, int):
+            causes.extend(_port_errors(target, f"{path}.targetPort", required_value=False))
+        protocol = port.get("protocol")
+        if protocol is not None and protocol not in _PROTOCOLS:
+            causes.append(not_supported(f"{path}.protocol", protocol, _PROTOCOLS))
+        node_port = port.get("nodePort")
+        if isinstance(node_port, int) and not isinstance(node_port, bool):
+            if not 1 <= node_port <= 65535:
+                causes.append(invalid(f"{path}.nodePort", node_port, PORT_RANGE_MSG))
+            elif not 30000 <= node_port <= 32767:
+                causes.append(
+                    invalid(
+                        f"{path}.nodePort",
+                        node_port,
+                        "provided port is not in the valid range. "
+                        "The range of valid ports is 30000-32767",
+                    )
+                )
+        if len(ports) > 1 and not port.get("name"):
+            causes.append(required(f"{path}.name"))
+        name = port.get("name")
+        if name:
+            if name in names:
+                causes.append(duplicate(f"{path}.name", name))
+            names.add(name)
+    return causes
+
+
+_ACCESS_MODES = ["ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"]
+
+
+def _validate_pvc(obj: dict) -> list[dict]:
+    spec = _dict(obj.get("spec"))
+    causes: list[dict] = []
+    modes = _list(spec.get("accessModes"))
+    if not modes:
+        causes.append(required("spec.accessModes", "at least 1 access mode is required"))
+    for mode in modes:
+        if mode not in _ACCESS_MODES:
+            causes.append(not_supported("spec.accessModes", mode, _ACCESS_MODES))
+    storage = _dict(_dict(spec.get("resources")).get("requests")).get("storage")
+    if storage is None:
+        causes.append(required("spec.resources[storage]"))
     return causes
 
 
@@ -587,6 +742,9 @@ _VALIDATORS = {
     ("apps", "StatefulSet"): _validate_workload_controller,
     ("apps", "ReplicaSet"): _validate_workload_controller,
     ("apps", "DaemonSet"): _validate_workload_controller,
+    ("", "ReplicationController"): _validate_replication_controller,
+    ("", "Service"): _validate_service,
+    ("", "PersistentVolumeClaim"): _validate_pvc,
     ("", "ResourceQuota"): _validate_resource_quota,
     ("scheduling.k8s.io", "PriorityClass"): _validate_priority_class,
     ("", "Node"): _validate_node,

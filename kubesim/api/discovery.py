@@ -19,6 +19,7 @@ _SUBRESOURCE_VERBS = {
     "finalize": ["update"],
     "ephemeralcontainers": ["get", "patch", "update"],
     "resize": ["get", "patch", "update"],
+    "token": ["create"],
 }
 _SUBRESOURCE_KIND = {
     "scale": ("Scale", "autoscaling", "v1"),
@@ -26,6 +27,7 @@ _SUBRESOURCE_KIND = {
     "proxy": (None, "", ""),
     "binding": ("Binding", "", ""),
     "eviction": ("Eviction", "policy", "v1"),
+    "token": ("TokenRequest", "authentication.k8s.io", "v1"),
 }
 
 

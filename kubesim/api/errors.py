@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import orjson
+
 REASON_NOT_FOUND = "NotFound"
 REASON_ALREADY_EXISTS = "AlreadyExists"
 REASON_CONFLICT = "Conflict"
@@ -31,6 +33,8 @@ class ApiError(Exception):
         self.details = details
 
     def status(self) -> dict:
+        """The Status object, its keys in kube-apiserver's order (Go struct order: ... reason,
+        details, code), so that its JSON is byte-for-byte what a real cluster sends."""
         body: dict = {
             "kind": "Status",
             "apiVersion": "v1",
@@ -38,14 +42,29 @@ class ApiError(Exception):
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
-            "code": self.code,
         }
         if self.details is not None:
-            body["details"] = self.details
+            body["details"] = _ordered_details(self.details)
+        body["code"] = self.code
         return body
+
+    def body(self) -> bytes:
+        """The response body as kube-apiserver writes it (JSON and a trailing newline)."""
+        return orjson.dumps(self.status()) + b"\n"
 
     def __repr__(self) -> str:
         return f"ApiError({self.code}, {self.reason!r}, {self.message!r})"
+
+
+_DETAIL_ORDER = ("name", "group", "kind", "uid", "causes", "retryAfterSeconds")
+
+
+def _ordered_details(details: dict) -> dict:
+    """StatusDetails keys in the Go struct's order (name, group, kind, uid, causes, retry)."""
+    out = {key: details[key] for key in _DETAIL_ORDER if key in details}
+    for key, value in details.items():
+        out.setdefault(key, value)
+    return out
 
 
 def _split_group_resource(group_resource: str) -> tuple[str, str]:

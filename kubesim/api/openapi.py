@@ -15,6 +15,7 @@ import hashlib
 
 import orjson
 
+from kubesim.api import upstream
 from kubesim.api.discovery import KUBERNETES_VERSION
 from kubesim.api.registry import Registry, ResourceType
 
@@ -109,6 +110,23 @@ def _schema_for(rtype: ResourceType, version: str, ref_prefix: str) -> dict:
         )
     schema["x-kubernetes-group-version-kind"] = _gvk(rtype, version)
     return schema
+
+
+def _upstream_definitions(
+    rtype: ResourceType, version: str, ref_prefix: str, into: dict
+) -> str | None:
+    """Publish a built-in kind's upstream definitions (and those they refer to) into `into`;
+    the kind's definition name, or None for CRDs and kinds upstream does not define."""
+    if rtype.is_crd:
+        return None
+    name = upstream.definition_for(rtype.group, version, rtype.kind)
+    if name is None:
+        return None
+    for dependency in upstream.closure(name):
+        if dependency not in into or dependency == OBJECT_META:
+            published = upstream.published(dependency, ref_prefix)
+            into[dependency] = _to_v2(published) if ref_prefix == "#/definitions/" else published
+    return name
 
 
 def _params(names: list[str]) -> list[dict]:
@@ -317,8 +335,10 @@ class OpenAPI:
         schemas: dict = {OBJECT_META: OBJECT_META_SCHEMA}
         paths: dict = {}
         for rtype in types:
-            name = definition_name(rtype, version)
-            schemas[name] = _schema_for(rtype, version, "#/components/schemas/")
+            name = _upstream_definitions(rtype, version, "#/components/schemas/", schemas)
+            if name is None:
+                name = definition_name(rtype, version)
+                schemas[name] = _schema_for(rtype, version, "#/components/schemas/")
             paths.update(_v3_paths(rtype, version, f"#/components/schemas/{name}"))
         doc = {
             "openapi": "3.0.0",
@@ -359,8 +379,10 @@ class OpenAPI:
         paths: dict = {}
         for group, version in self.group_versions():
             for rtype in self._gv_types(group, version):
-                name = definition_name(rtype, version)
-                definitions[name] = _to_v2(_schema_for(rtype, version, "#/definitions/"))
+                name = _upstream_definitions(rtype, version, "#/definitions/", definitions)
+                if name is None:
+                    name = definition_name(rtype, version)
+                    definitions[name] = _to_v2(_schema_for(rtype, version, "#/definitions/"))
                 for path, ops in _v3_paths(rtype, version, f"#/definitions/{name}").items():
                     paths[path] = {
                         verb: {

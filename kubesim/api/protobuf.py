@@ -47,7 +47,257 @@ _OBJECT_REFERENCE = {
     6: ("resourceVersion", "s"),
     7: ("fieldPath", "s"),
 }
+# field numbers as in the upstream generated.proto files (k8s.io/api, apimachinery)
+_LABEL_SELECTOR = {
+    1: ("matchLabels", "ms"),
+    2: ("matchExpressions", ("rm", {1: ("key", "s"), 2: ("operator", "s"), 3: ("values", "rs")})),
+}
+_CONTAINER = {
+    1: ("name", "s"),
+    2: ("image", "s"),
+    3: ("command", "rs"),
+    4: ("args", "rs"),
+    5: ("workingDir", "s"),
+    6: (
+        "ports",
+        (
+            "rm",
+            {
+                1: ("name", "s"),
+                2: ("hostPort", "i"),
+                3: ("containerPort", "i"),
+                4: ("protocol", "s"),
+                5: ("hostIP", "s"),
+            },
+        ),
+    ),
+    7: ("env", ("rm", {1: ("name", "s"), 2: ("value", "s")})),
+    8: ("resources", ("m", {1: ("limits", "mQ"), 2: ("requests", "mQ")})),
+    14: ("imagePullPolicy", "s"),
+    16: ("stdin", "b"),
+    17: ("stdinOnce", "b"),
+    18: ("tty", "b"),
+}
+_POD_SPEC = {
+    2: ("containers", ("rm", _CONTAINER)),
+    3: ("restartPolicy", "s"),
+    4: ("terminationGracePeriodSeconds", "i"),
+    5: ("activeDeadlineSeconds", "i"),
+    6: ("dnsPolicy", "s"),
+    7: ("nodeSelector", "ms"),
+    8: ("serviceAccountName", "s"),
+    10: ("nodeName", "s"),
+    19: ("schedulerName", "s"),
+    20: ("initContainers", ("rm", _CONTAINER)),
+    24: ("priorityClassName", "s"),
+    29: ("runtimeClassName", "s"),
+}
+_POD_TEMPLATE = {1: ("metadata", ("m", _OBJECT_META)), 2: ("spec", ("m", _POD_SPEC))}
+_JOB_SPEC = {
+    1: ("parallelism", "i"),
+    2: ("completions", "i"),
+    3: ("activeDeadlineSeconds", "i"),
+    4: ("selector", ("m", _LABEL_SELECTOR)),
+    5: ("manualSelector", "b"),
+    6: ("template", ("m", _POD_TEMPLATE)),
+    7: ("backoffLimit", "i"),
+    8: ("ttlSecondsAfterFinished", "i"),
+    9: ("completionMode", "s"),
+    10: ("suspend", "b"),
+}
+_DELETE_OPTIONS = {
+    1: ("gracePeriodSeconds", "i"),
+    2: ("preconditions", ("m", {1: ("uid", "s"), 2: ("resourceVersion", "s")})),
+    3: ("orphanDependents", "b"),
+    4: ("propagationPolicy", "s"),
+    5: ("dryRun", "rs"),
+}
+_RESOURCE_ATTRIBUTES = {
+    1: ("namespace", "s"),
+    2: ("verb", "s"),
+    3: ("group", "s"),
+    4: ("version", "s"),
+    5: ("resource", "s"),
+    6: ("subresource", "s"),
+    7: ("name", "s"),
+}
+_ACCESS_REVIEW = {
+    1: ("metadata", ("m", _OBJECT_META)),
+    2: (
+        "spec",
+        (
+            "m",
+            {
+                1: ("resourceAttributes", ("m", _RESOURCE_ATTRIBUTES)),
+                2: ("nonResourceAttributes", ("m", {1: ("path", "s"), 2: ("verb", "s")})),
+                3: ("user", "s"),
+                4: ("groups", "rs"),
+                6: ("uid", "s"),
+            },
+        ),
+    ),
+}
+_POLICY_RULE = {
+    1: ("verbs", "rs"),
+    2: ("apiGroups", "rs"),
+    3: ("resources", "rs"),
+    4: ("resourceNames", "rs"),
+    5: ("nonResourceURLs", "rs"),
+}
+_ROLE = {1: ("metadata", ("m", _OBJECT_META)), 2: ("rules", ("rm", _POLICY_RULE))}
+_BINDING = {
+    1: ("metadata", ("m", _OBJECT_META)),
+    2: (
+        "subjects",
+        ("rm", {1: ("kind", "s"), 2: ("apiGroup", "s"), 3: ("name", "s"), 4: ("namespace", "s")}),
+    ),
+    3: ("roleRef", ("m", {1: ("apiGroup", "s"), 2: ("kind", "s"), 3: ("name", "s")})),
+}
 SCHEMAS: dict[tuple[str, str], dict] = {
+    ("v1", "ResourceQuota"): {
+        1: ("metadata", ("m", _OBJECT_META)),
+        2: ("spec", ("m", {1: ("hard", "mQ"), 2: ("scopes", "rs")})),
+    },
+    ("v1", "DeleteOptions"): _DELETE_OPTIONS,
+    ("meta.k8s.io/v1", "DeleteOptions"): _DELETE_OPTIONS,
+    ("policy/v1", "Eviction"): {
+        1: ("metadata", ("m", _OBJECT_META)),
+        2: ("deleteOptions", ("m", _DELETE_OPTIONS)),
+    },
+    ("policy/v1", "PodDisruptionBudget"): {
+        1: ("metadata", ("m", _OBJECT_META)),
+        2: (
+            "spec",
+            (
+                "m",
+                {
+                    1: ("minAvailable", "ios"),
+                    2: ("selector", ("m", _LABEL_SELECTOR)),
+                    3: ("maxUnavailable", "ios"),
+                    4: ("unhealthyPodEvictionPolicy", "s"),
+                },
+            ),
+        ),
+    },
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): _ACCESS_REVIEW,
+    ("authorization.k8s.io/v1", "SubjectAccessReview"): _ACCESS_REVIEW,
+    ("authorization.k8s.io/v1", "LocalSubjectAccessReview"): _ACCESS_REVIEW,
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview"): {
+        1: ("metadata", ("m", _OBJECT_META)),
+        2: ("spec", ("m", {1: ("namespace", "s")})),
+    },
+    ("authentication.k8s.io/v1", "SelfSubjectReview"): {1: ("metadata", ("m", _OBJECT_META))},
+    ("authentication.k8s.io/v1", "TokenRequest"): {
+        1: ("metadata", ("m", _OBJECT_META)),
+        2: (
+            "spec",
+            (
+                "m",
+                {
+                    1: ("audiences", "rs"),
+                    3: (
+                        "boundObjectRef",
+                        (
+                            "m",
+                            {
+                                1: ("kind", "s"),
+                                2: ("apiVersion", "s"),
+                                3: ("name", "s"),
+                                4: ("uid", "s"),
+                            },
+                        ),
+                    ),
+                    4: ("expirationSeconds", "i"),
+                },
+            ),
+        ),
+    },
+    ("scheduling.k8s.io/v1", "PriorityClass"): {
+        1: ("metadata", ("m", _OBJECT_META)),
+        2: ("value", "i"),
+        3: ("globalDefault", "b"),
+        4: ("description", "s"),
+        5: ("preemptionPolicy", "s"),
+    },
+    ("rbac.authorization.k8s.io/v1", "Role"): _ROLE,
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): _ROLE,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): _BINDING,
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): _BINDING,
+    ("apps/v1", "Deployment"): {
+        1: ("metadata", ("m", _OBJECT_META)),
+        2: (
+            "spec",
+            (
+                "m",
+                {
+                    1: ("replicas", "i"),
+                    2: ("selector", ("m", _LABEL_SELECTOR)),
+                    3: ("template", ("m", _POD_TEMPLATE)),
+                    5: ("minReadySeconds", "i"),
+                    6: ("revisionHistoryLimit", "i"),
+                    7: ("paused", "b"),
+                    9: ("progressDeadlineSeconds", "i"),
+                },
+            ),
+        ),
+    },
+    ("batch/v1", "Job"): {
+        1: ("metadata", ("m", _OBJECT_META)),
+        2: ("spec", ("m", _JOB_SPEC)),
+    },
+    ("batch/v1", "CronJob"): {
+        1: ("metadata", ("m", _OBJECT_META)),
+        2: (
+            "spec",
+            (
+                "m",
+                {
+                    1: ("schedule", "s"),
+                    2: ("startingDeadlineSeconds", "i"),
+                    3: ("concurrencyPolicy", "s"),
+                    4: ("suspend", "b"),
+                    5: (
+                        "jobTemplate",
+                        (
+                            "m",
+                            {1: ("metadata", ("m", _OBJECT_META)), 2: ("spec", ("m", _JOB_SPEC))},
+                        ),
+                    ),
+                    6: ("successfulJobsHistoryLimit", "i"),
+                    7: ("failedJobsHistoryLimit", "i"),
+                    8: ("timeZone", "s"),
+                },
+            ),
+        ),
+    },
+    ("v1", "Service"): {
+        1: ("metadata", ("m", _OBJECT_META)),
+        2: (
+            "spec",
+            (
+                "m",
+                {
+                    1: (
+                        "ports",
+                        (
+                            "rm",
+                            {
+                                1: ("name", "s"),
+                                2: ("protocol", "s"),
+                                3: ("port", "i"),
+                                4: ("targetPort", "ios"),
+                                5: ("nodePort", "i"),
+                            },
+                        ),
+                    ),
+                    2: ("selector", "ms"),
+                    3: ("clusterIP", "s"),
+                    4: ("type", "s"),
+                    10: ("externalName", "s"),
+                },
+            ),
+        ),
+    },
     ("v1", "Namespace"): {
         1: ("metadata", ("m", _OBJECT_META)),
         2: ("spec", ("m", {1: ("finalizers", "rs")})),
@@ -72,6 +322,11 @@ SCHEMAS: dict[tuple[str, str], dict] = {
         4: ("automountServiceAccountToken", "b"),
     },
 }
+
+
+def _signed(value: int) -> int:
+    """A varint as a (two's complement) signed 64-bit integer."""
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 class ProtobufError(ValueError):
@@ -126,7 +381,31 @@ def _map_entry(raw: bytes) -> tuple[str, bytes]:
     return key, value
 
 
+# Go's protobuf marshals every non-pointer scalar, zero or not, where JSON omits it (omitempty);
+# zero scalars are dropped except for these pointer fields, whose 0/false is meaningful.
+_KEEP_ZERO = {
+    "replicas",
+    "parallelism",
+    "completions",
+    "backoffLimit",
+    "suspend",
+    "gracePeriodSeconds",
+    "value",
+    "expirationSeconds",
+    "containerPort",
+    "port",
+}
+
+
 def _message(raw: bytes, schema: dict) -> dict:
+    obj = _message_with_zeros(raw, schema)
+    for key in [k for k, v in obj.items() if v in ("", 0, False) and v is not None]:
+        if key not in _KEEP_ZERO or obj[key] == "":
+            del obj[key]
+    return obj
+
+
+def _message_with_zeros(raw: bytes, schema: dict) -> dict:
     obj: dict = {}
     for number, value in fields(raw):
         spec = schema.get(number)
@@ -138,11 +417,25 @@ def _message(raw: bytes, schema: dict) -> dict:
         elif kind == "b":
             obj[name] = bool(value)
         elif kind == "i":
-            obj[name] = int(value) if isinstance(value, int) else 0
+            obj[name] = _signed(value) if isinstance(value, int) else 0
         elif kind == "B":
             obj[name] = base64.b64encode(value).decode()
         elif kind == "rs":
             obj.setdefault(name, []).append(value.decode())
+        elif kind == "mQ":  # map<string, resource.Quantity {1: string}>
+            key, item = _map_entry(value)
+            quantity = ""
+            for sub, text in fields(item):
+                if sub == 1 and isinstance(text, bytes):
+                    quantity = text.decode()
+            obj.setdefault(name, {})[key] = quantity
+        elif kind == "ios":  # intstr.IntOrString {1: type, 2: intVal, 3: strVal}
+            parts = dict(fields(value))
+            obj[name] = (
+                parts[3].decode()
+                if parts.get(1) == 1 and isinstance(parts.get(3), bytes)
+                else _signed(parts.get(2, 0))
+            )
         elif kind in ("ms", "mB"):
             key, item = _map_entry(value)
             obj.setdefault(name, {})[key] = (
@@ -177,3 +470,17 @@ def decode(body: bytes) -> dict:
     obj["apiVersion"] = api_version
     obj["kind"] = kind
     return obj
+
+
+def decode_body(raw: bytes, content_type: str) -> dict:
+    """A request body as JSON-shaped data: protobuf when it carries the magic, else JSON/YAML
+    (ProtobufError / ValueError when it cannot be read)."""
+    if raw.startswith(MAGIC) or "protobuf" in content_type:
+        return decode(raw)
+    import orjson
+
+    if "yaml" in content_type:
+        import yaml
+
+        return yaml.safe_load(raw) or {}
+    return orjson.loads(raw)

@@ -49,7 +49,7 @@ def _json_response(body, status: int = 200, headers: dict | None = None) -> web.
 
 
 def error_response(exc: errors.ApiError) -> web.Response:
-    return _json_response(exc.status(), status=exc.code)
+    return _json_response(exc.body(), status=exc.code)
 
 
 class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
@@ -858,9 +858,12 @@ class KubeServer:
         options: dict = {}
         if raw:
             try:
-                options = orjson.loads(raw)
-            except orjson.JSONDecodeError:
+                # kubectl's typed clients send DeleteOptions as protobuf
+                options = protobuf.decode_body(raw, request.content_type)
+            except ValueError:
                 raise errors.bad_request("the DeleteOptions body could not be decoded") from None
+            if not isinstance(options, dict):
+                raise errors.bad_request("the DeleteOptions body must be an object")
         query = request.query
         if query.get("propagationPolicy"):
             options["propagationPolicy"] = query["propagationPolicy"]

@@ -20,7 +20,15 @@ from collections.abc import Callable, Iterable
 import orjson
 
 from kubesim.api import apply as ssa
-from kubesim.api import builtin_validation, builtins, conversion, errors, selectors
+from kubesim.api import (
+    builtin_validation,
+    builtins,
+    conversion,
+    errors,
+    immutable,
+    selectors,
+    upstream,
+)
 from kubesim.api import patch as patches
 from kubesim.api.patch import PatchError
 from kubesim.api.registry import Registry, ResourceType, split_api_version
@@ -358,9 +366,13 @@ class Store:
             if unknown and field_validation == "Warn":
                 self.warnings.extend(f'unknown field "{p}"' for p in unknown)
             causes.extend(schema.validate(obj, old) or [])
+        elif not rtype.is_crd:
+            self._decode_builtin(obj, field_validation)
         # built-in kinds' checks, and the Kueue webhook checks the CRD schema leaves out
         if not rtype.is_crd and operation == "UPDATE":
             _check_builtin_shape(obj)
+            if old is not None:
+                causes.extend(immutable.validate_update(obj, old))
         try:
             causes.extend(builtin_validation.validate_builtin(obj) or [])
         except (TypeError, AttributeError, ValueError) as exc:
@@ -378,6 +390,24 @@ class Store:
         for hook in self._hooks.get((rtype.group, rtype.kind), ()):
             hook(operation, obj, old)
         return obj
+
+    def _decode_builtin(self, obj: dict, field_validation: str) -> None:
+        """kube-apiserver's decoding of a built-in object against the upstream definition:
+        a 400 for a value of the wrong type, unknown fields dropped (reported when asked),
+        quantities made canonical."""
+        api_version = obj.get("apiVersion", "")
+        kind = obj.get("kind", "")
+        group, version = split_api_version(api_version)
+        definition = upstream.definition_for(group, version, kind)
+        if definition is None:
+            return
+        unknown = upstream.decode(definition, obj, kind, version)
+        if unknown and field_validation == "Strict":
+            raise errors.bad_request(
+                "strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in unknown)
+            )
+        if unknown and field_validation == "Warn":
+            self.warnings.extend(f'unknown field "{p}"' for p in unknown)
 
     def _check_namespace(self, rtype: ResourceType, namespace: str) -> None:
         if not rtype.namespaced:

@@ -607,6 +607,99 @@ _BUILTIN_TABLES: dict[tuple[str, str], tuple[list[dict], Row]] = {
             age(o["metadata"].get("creationTimestamp"), now),
         ],
     ),
+    ("", "PersistentVolume"): (
+        [
+            _c("Capacity"),
+            _c("Access Modes"),
+            _c("Reclaim Policy"),
+            _c("Status"),
+            _c("Claim"),
+            _c("StorageClass"),
+            _c("VolumeAttributesClass"),
+            _c("Reason"),
+            _c("Age"),
+        ],
+        lambda o, now: [
+            _g(o, "spec", "capacity", "storage", default=""),
+            ",".join(_g(o, "spec", "accessModes", default=[])),
+            _g(o, "spec", "persistentVolumeReclaimPolicy", default=""),
+            _g(o, "status", "phase", default="Pending"),
+            (
+                f"{_g(o, 'spec', 'claimRef', 'namespace')}/{_g(o, 'spec', 'claimRef', 'name')}"
+                if _g(o, "spec", "claimRef")
+                else ""
+            ),
+            _g(o, "spec", "storageClassName", default=""),
+            "<unset>",
+            _g(o, "status", "reason", default=""),
+            age(o["metadata"].get("creationTimestamp"), now),
+        ],
+    ),
+    ("", "ReplicationController"): (
+        [_c("Desired", "integer"), _c("Current", "integer"), _c("Ready", "integer"), _c("Age")],
+        lambda o, now: [
+            _g(o, "spec", "replicas", default=1),
+            _g(o, "status", "replicas", default=0),
+            _g(o, "status", "readyReplicas", default=0),
+            age(o["metadata"].get("creationTimestamp"), now),
+        ],
+    ),
+    ("policy", "PodDisruptionBudget"): (
+        [
+            _c("Min Available"),
+            _c("Max Unavailable"),
+            _c("Allowed Disruptions", "integer"),
+            _c("Age"),
+        ],
+        lambda o, now: [
+            str(_g(o, "spec", "minAvailable", default="N/A")),
+            str(_g(o, "spec", "maxUnavailable", default="N/A")),
+            _g(o, "status", "disruptionsAllowed", default=0),
+            age(o["metadata"].get("creationTimestamp"), now),
+        ],
+    ),
+    ("storage.k8s.io", "StorageClass"): (
+        [
+            _c("Provisioner"),
+            _c("ReclaimPolicy"),
+            _c("VolumeBindingMode"),
+            _c("AllowVolumeExpansion", "boolean"),
+            _c("Age"),
+        ],
+        lambda o, now: [
+            o.get("provisioner", ""),
+            o.get("reclaimPolicy", "Delete"),
+            o.get("volumeBindingMode", "Immediate"),
+            bool(o.get("allowVolumeExpansion", False)),
+            age(o["metadata"].get("creationTimestamp"), now),
+        ],
+    ),
+    ("node.k8s.io", "RuntimeClass"): (
+        [_c("Handler"), _c("Age")],
+        lambda o, now: [o.get("handler", ""), age(o["metadata"].get("creationTimestamp"), now)],
+    ),
+    ("rbac.authorization.k8s.io", "RoleBinding"): (
+        [_c("Role"), _c("Age")],
+        lambda o, now: [
+            f"{_g(o, 'roleRef', 'kind', default='')}/{_g(o, 'roleRef', 'name', default='')}",
+            age(o["metadata"].get("creationTimestamp"), now),
+        ],
+    ),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): (
+        [_c("Role"), _c("Age")],
+        lambda o, now: [
+            f"{_g(o, 'roleRef', 'kind', default='')}/{_g(o, 'roleRef', 'name', default='')}",
+            age(o["metadata"].get("creationTimestamp"), now),
+        ],
+    ),
+    ("rbac.authorization.k8s.io", "ClusterRole"): (
+        [_c("Created At", "date")],
+        lambda o, now: [o["metadata"].get("creationTimestamp")],
+    ),
+    ("rbac.authorization.k8s.io", "Role"): (
+        [_c("Created At", "date")],
+        lambda o, now: [o["metadata"].get("creationTimestamp")],
+    ),
     ("apiextensions.k8s.io", "CustomResourceDefinition"): (
         [_c("Created At", "date")],
         lambda o, now: [o["metadata"].get("creationTimestamp")],

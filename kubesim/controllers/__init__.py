@@ -18,7 +18,21 @@ QUEUE_CONTROLLERS = ("kubesim.controllers.kueue", "kubesim.controllers.volcano")
 async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
     """Build the nodes of the cluster description and start every controller."""
     from kubesim import cluster as cluster_mod
-    from kubesim.controllers import admission, dcgm, endpoints, faults, jobs, kubelet, scheduler
+    from kubesim.controllers import (
+        admission,
+        apis,
+        dcgm,
+        defaults,
+        disruption,
+        endpoints,
+        faults,
+        jobs,
+        kubelet,
+        pod_admission,
+        scheduler,
+        storage,
+        workloads,
+    )
 
     path = getattr(options, "cluster", None)
     try:
@@ -36,10 +50,16 @@ async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
         cluster=cluster,
     )
     admission.install(ctx)
+    pod_admission.install(ctx)
+    storage.install(ctx)
+    disruption.install(ctx)
+    apis.install(ctx)
     endpoints.start(ctx)
+    defaults.install(ctx)
     cluster_mod.install(ctx)
     scheduler.start(ctx)
     jobs.start(ctx)
+    workloads.start(ctx)
     kubelet.start(ctx)
     dcgm.start(ctx)
     faults.start(ctx)
@@ -58,6 +78,10 @@ async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
             ctx.tasks.append(result)
         elif isinstance(result, list | tuple):
             ctx.tasks.extend(t for t in result if isinstance(t, asyncio.Task))
+    # Kueue's pod integration (its own module, beside the Job integration in kueue.py)
+    from kubesim.controllers import kueue_pods
+
+    kueue_pods.install(ctx)
     # A task may be appended twice (returned and spawned); keep each once.
     unique: list[asyncio.Task] = []
     for task in ctx.tasks:

@@ -2,16 +2,17 @@
 container fields, the ServiceAccount admission's default account, and the DefaultTolerationSeconds
 admission plugin's NoExecute tolerations for not-ready and unreachable nodes (300 s). Also the
 pods/eviction subresource (`kubectl drain`): the pod gets DisruptionTarget=True
-(EvictionByEvictionAPI) and is deleted gracefully. PodDisruptionBudgets are not consulted."""
+(EvictionByEvictionAPI) and is deleted gracefully, unless a PodDisruptionBudget forbids it
+(429, disruption.py)."""
 
 from __future__ import annotations
 
-import json
-
 from aiohttp import web
 
+from kubesim.api import protobuf
 from kubesim.api.errors import ApiError, bad_request, not_found
 from kubesim.clock import rfc3339
+from kubesim.controllers import disruption
 
 DEFAULT_TOLERATION_SECONDS = 300
 NODE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
@@ -79,12 +80,16 @@ def eviction_handler(store):
             )
         raw = await request.read()
         try:
-            body = json.loads(raw) if raw.strip() else {}
+            # kubectl drain sends the Eviction as protobuf
+            body = protobuf.decode_body(raw, request.content_type) if raw.strip() else {}
         except ValueError:
             raise bad_request("the body of an Eviction could not be decoded") from None
         pod = store.try_get("v1", "Pod", namespace, name)
         if pod is None:
             raise not_found("pods", name)
+        blocked = disruption.eviction_blocked(store, pod)
+        if blocked is not None:
+            raise blocked
         options = body.get("deleteOptions") or {}
         grace = options.get("gracePeriodSeconds")
         if not pod["metadata"].get("deletionTimestamp"):

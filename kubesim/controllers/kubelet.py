@@ -29,7 +29,7 @@ from aiohttp import web
 from kubesim.api.errors import ApiError, bad_request, not_found
 from kubesim.clock import rfc3339
 from kubesim.cluster import SYSTEM_POD_ANNOTATION, Cluster, node_resources, ready_conditions
-from kubesim.controllers import events, shell
+from kubesim.controllers import events, shell, storage
 from kubesim.controllers.context import follow
 from kubesim.controllers.scheduler import quantity_units
 
@@ -39,6 +39,7 @@ DEVICES_ANNOTATION = "kubesim.dev/devices"
 LEASE_NAMESPACE = "kube-node-lease"
 # XIDs the device plugin treats as application errors (the GPU stays healthy).
 APPLICATION_XIDS = {13, 31, 43, 45, 68, 109}
+MOUNT_RETRY_SECONDS = 10.0  # the kubelet retries volume set-up (events aggregate)
 
 
 def _ts(epoch: float) -> str:
@@ -581,6 +582,12 @@ class PodRunner:
         self._annotate_devices()
         if not self.publish():
             return
+        # a missing ConfigMap, Secret or claim keeps the pod ContainerCreating, as a kubelet does
+        while problems := storage.mount_problems(self.store, self.pod):
+            for _volume, message in problems:
+                self.record("FailedMount", message, type="Warning")
+            if await self.wait(MOUNT_RETRY_SECONDS):
+                return await self._stopped()
         deadline = spec.get("activeDeadlineSeconds")
         if deadline is not None:
             remaining = self.started_at + float(deadline) - self.clock.time()
@@ -1135,6 +1142,38 @@ class Kubelet:
             headers={"Content-Type": "text/plain", "Transfer-Encoding": "chunked"}
         )
         await response.prepare(request)
+        # the client going away (an interrupted `kubectl logs -f`) just ends the stream
+        with contextlib.suppress(ConnectionError):
+            await self._follow_logs(
+                response,
+                runner,
+                container,
+                previous,
+                namespace,
+                name,
+                first,
+                lines,
+                select,
+                render,
+                limit_bytes,
+            )
+        return response
+
+    async def _follow_logs(
+        self,
+        response,
+        runner,
+        container,
+        previous,
+        namespace,
+        name,
+        first,
+        lines,
+        select,
+        render,
+        limit_bytes,
+    ) -> None:
+        """Stream new log lines until the container ends, the pod goes or the limit is hit."""
         sent = len(select(lines))
         written = 0
         chunk = render(first)
@@ -1157,7 +1196,6 @@ class Kubelet:
                 break
             await asyncio.sleep(0.1)
         await response.write_eof()
-        return response
 
     async def pod_resources_handler(self, request: web.Request):
         node = request.match_info["node"]

@@ -29,7 +29,7 @@ import time
 from kubesim.api.errors import ApiError
 from kubesim.api.selectors import label_selector_from_dict, labels_match
 from kubesim.clock import rfc3339
-from kubesim.controllers import events
+from kubesim.controllers import events, kueue_partial
 from kubesim.controllers.kueue_engine import (
     ClusterQueue,
     Decision,
@@ -373,12 +373,14 @@ class KueueController:
                 (old or {}).get("metadata", {}).get("labels") or {}
             ):
                 return
-            errors = self._validate_job_create(job) + self._validate_job_update(job, old or {})
+            errors = self._validate_job_create(job, creating=False) + self._validate_job_update(
+                job, old or {}
+            )
         if errors:
             raise _deny("vjob.kb.io", errors)
 
     @staticmethod
-    def _validate_job_create(job: dict) -> list[str]:
+    def _validate_job_create(job: dict, *, creating: bool = True) -> list[str]:
         errors: list[str] = []
         meta = job.get("metadata") or {}
         labels = meta.get("labels") or {}
@@ -398,7 +400,8 @@ class KueueController:
                     )
                 )
         minimum = (meta.get("annotations") or {}).get(MIN_PARALLELISM_ANNOTATION)
-        if minimum is not None:
+        # on update the range is not checked: a partial admission lowers parallelism to >= min
+        if minimum is not None and creating:
             path = f"metadata.annotations[{MIN_PARALLELISM_ANNOTATION}]"
             count = _job_pods_count(job)
             try:
@@ -927,6 +930,7 @@ class KueueController:
         }
         if merged_tolerations:
             patch["spec"]["template"]["spec"]["tolerations"] = merged_tolerations
+        kueue_partial.start_patch(job, wl, patch)
         updated = self._patch_job(job, patch)
         if updated is None:
             return
@@ -968,6 +972,7 @@ class KueueController:
                 },
             }
         }
+        kueue_partial.stop_patch(job, patch)
         updated = self._patch_job(job, patch)
         if updated is None:
             return
@@ -1222,7 +1227,7 @@ class KueueController:
 
     # ---- scheduler ---------------------------------------------------------------------------
     def _schedule(self, now: float) -> None:
-        decisions = self.engine.schedule(now)
+        decisions = kueue_partial.retry_partial(self, self.engine.schedule(now), now)
         for decision in decisions:
             obj = self.workloads.get(decision.workload.key)
             if obj is None:

@@ -21,7 +21,7 @@ from decimal import Decimal
 from kubesim.api.errors import ApiError
 from kubesim.api.quantity import Quantity
 from kubesim.clock import rfc3339
-from kubesim.controllers import events
+from kubesim.controllers import events, storage
 from kubesim.controllers.context import follow
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -516,6 +516,16 @@ class DefaultScheduler:
                 or not _wants_default_scheduler(current)
             ):
                 self.queue.pop(key, None)
+                continue
+            problem = storage.claim_problem(self.store, current)
+            if problem is not None:
+                count = len(nodes)
+                mark_unschedulable(
+                    self.store,
+                    current,
+                    f"0/{count} nodes are available: {problem}. preemption: 0/{count} nodes are "
+                    f"available: {count} Preemption is not helpful for scheduling.",
+                )
                 continue
             placement, failure = place([current], nodes, usage)
             if failure is None:

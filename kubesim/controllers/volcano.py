@@ -838,6 +838,9 @@ class VolcanoController:
                 created = self._create(pod, namespace)
                 if created is not None:
                     self.pods_by_job.setdefault((namespace, name), {})[pname] = created
+                elif self.store.try_get("v1", "Pod", namespace, pname) is None:
+                    # refused (a ResourceQuota, admission): Volcano requeues the job and retries
+                    self.failed_jobs.add((namespace, name))
 
     def _build_pod(self, job, task, task_index, index, pname, pg, plugins, status) -> dict:
         namespace, name = _key(job)

@@ -156,14 +156,30 @@ def test_status_subresource_semantics_and_generation(batch, namespace):
 
 def test_strategic_merge_patch_merges_containers_by_name(core, namespace):
     core.create_namespaced_pod(namespace, _pod("smp"))
+    # a pod's image is one of the few spec fields an update may change
     patched = core.patch_namespaced_pod(
-        "smp",
-        namespace,
-        {"spec": {"containers": [{"name": "main", "env": [{"name": "B", "value": "2"}]}]}},
+        "smp", namespace, {"spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}}
     )
     container = patched.spec.containers[0]
-    assert container.image == "busybox"
-    assert {e.name: e.value for e in container.env} == {"A": "1", "B": "2"}
+    assert container.image == "busybox:1.37"
+    assert {e.name: e.value for e in container.env} == {"A": "1"}
+
+
+def test_pod_spec_is_immutable_beyond_image_as_upstream(core, namespace):
+    core.create_namespaced_pod(namespace, _pod("immutable"))
+    with pytest.raises(ApiException) as excinfo:
+        core.patch_namespaced_pod(
+            "immutable",
+            namespace,
+            {"spec": {"containers": [{"name": "main", "env": [{"name": "B", "value": "2"}]}]}},
+        )
+    assert excinfo.value.status == 422
+    body = json.loads(excinfo.value.body)
+    assert body["details"]["causes"][0]["field"] == "spec"
+    assert (
+        "pod updates may not change fields other than `spec.containers[*].image`"
+        in (body["message"])
+    )
 
 
 def test_json_patch_and_merge_patch(core, namespace):

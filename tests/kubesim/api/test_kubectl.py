@@ -323,7 +323,7 @@ def test_kubectl_builtin_workflow(kubectl):
 
 
 def test_imperative_create_of_simple_kinds(kubectl):
-    """The typed-client generators send protobuf; kubesim decodes these kinds' bodies."""
+    """The typed-client generators send protobuf; kubesim decodes their kinds' bodies."""
     namespace = f"i-{uuid.uuid4().hex[:6]}"
     kubectl("create", "namespace", namespace)
     kubectl("create", "configmap", "cfg", "-n", namespace, "--from-literal=a=b")
@@ -335,10 +335,20 @@ def test_imperative_create_of_simple_kinds(kubectl):
     import base64
 
     assert base64.b64decode(secret.stdout) == b"s3cret"
-    # other kinds: a clear 415 pointing at JSON (kubectl create -f / apply -f)
-    refused = kubectl("create", "deployment", "web", "--image=nginx", "-n", namespace, check=False)
-    assert refused.returncode != 0
-    assert "send application/json" in refused.stderr
+    # the other generators' kinds too (zero scalars Go's protobuf always sends are dropped)
+    kubectl("create", "deployment", "web", "--image=nginx", "--port=80", "-n", namespace)
+    ports = kubectl(
+        "get", "deploy", "web", "-n", namespace, "-o", "jsonpath={.spec.template..ports}"
+    )
+    assert ports.stdout == '[{"containerPort":80}]'  # no hostPort 0, no protocol ""
+    kubectl("create", "quota", "q", "--hard=requests.nvidia.com/gpu=2", "-n", namespace)
+    kubectl("create", "priorityclass", f"pc-{namespace}", "--value=10")
+    kubectl("create", "role", "reader", "--verb=get", "--resource=pods", "-n", namespace)
+    kubectl("create", "rolebinding", "rb", "--role=reader", "--user=ann", "-n", namespace)
+    kubectl("create", "pdb", "web", "--selector=app=web", "--min-available=1", "-n", namespace)
+    pdb = kubectl("get", "pdb", "web", "-n", namespace, "-o", "jsonpath={.spec.minAvailable}")
+    assert pdb.stdout == "1"
+    kubectl("delete", "priorityclass", f"pc-{namespace}")
     kubectl("delete", "namespace", namespace)
 
 
