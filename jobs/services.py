@@ -33,13 +33,24 @@ class InvalidTransition(Exception):
         super().__init__(f"Job {job_id} is {label}; it cannot become {JobState(to).label}.")
 
 
-def job_transition(job: Job, *, to: str, reason: str, message: str = "", source: str) -> Job:
+def job_transition(
+    job: Job,
+    *,
+    to: str,
+    reason: str,
+    message: str = "",
+    source: str,
+    expected_from: str | None = None,
+) -> Job:
     """Move a job to `to` if the state table allows it from its current state.
 
     Compare-and-set: the UPDATE is filtered on the state it read, so concurrent writers (a
-    reconcile and a cancel) cannot both win; the loser re-reads and re-checks. The JobEvent is
-    written in the same transaction. Raises InvalidTransition when the table forbids the move.
-    Updates `job` in place and returns it.
+    reconcile and a cancel) cannot both win; the loser re-reads and re-checks. With
+    `expected_from` (the state the caller last saw) the UPDATE filters on that state instead and
+    a job that moved meanwhile raises InvalidTransition, so a writer acting on a stale reading
+    never moves a job backwards. The JobEvent is written in the same transaction and the change
+    is published (portal:jobs:<project>) after commit. Raises InvalidTransition when the table
+    forbids the move. Updates `job` in place and returns it.
     """
     allowed = sources_for(to)
     for _ in range(5):
@@ -47,7 +58,7 @@ def job_transition(job: Job, *, to: str, reason: str, message: str = "", source:
             current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
             if current is None:
                 raise Job.DoesNotExist(f"job {job.pk} does not exist")
-            if current not in allowed:
+            if current not in allowed or (expected_from is not None and current != expected_from):
                 raise InvalidTransition(job.pk, current, to)
             now = timezone.now()
             updated = Job.objects.filter(pk=job.pk, state=current).update(
@@ -67,6 +78,7 @@ def job_transition(job: Job, *, to: str, reason: str, message: str = "", source:
                 message=message,
                 source=source,
             )
+            publish_job_change(job.pk, to)
         job.state, job.state_reason, job.state_message, job.state_changed_at = (
             to,
             reason[:64],
@@ -75,6 +87,23 @@ def job_transition(job: Job, *, to: str, reason: str, message: str = "", source:
         )
         return job
     raise InvalidTransition(job.pk, job.state, to)
+
+
+def publish_job_change(job_id: int, state: str, *, project_slug: str | None = None) -> None:
+    """After commit, tell live pages (Redis pub/sub channel portal:jobs:<project slug>) that a
+    job changed: {"job": id, "state": state}. Best effort: no Redis configured, or Redis down,
+    costs only liveness (pages also poll)."""
+    transaction.on_commit(lambda: _publish(job_id, state, project_slug))
+
+
+def _publish(job_id: int, state: str, project_slug: str | None) -> None:
+    from portal import pubsub
+
+    if project_slug is None:
+        project_slug = (
+            Job.objects.filter(pk=job_id).values_list("project__slug", flat=True).first() or ""
+        )
+    pubsub.publish(f"portal:jobs:{project_slug}", {"job": job_id, "state": state})
 
 
 def job_note_status(job: Job, *, reason: str, message: str) -> None:
@@ -248,3 +277,102 @@ def job_cancel(*, actor: Any, job: Job, source: str = "api") -> Job:
         job.cleanup_pending = True
         enqueue_reconcile(job.pk)
     return job
+
+
+# ---------------------------------------------------------------------------------------------
+# Writes of the cluster watcher (jobs/watcher): timeline events, pod records, queue details.
+
+
+def job_record_cluster_event(
+    *,
+    job_id: int,
+    key: str,
+    reason: str,
+    message: str,
+    occurred_at: Any,
+    count: int,
+    warning: bool,
+    source: str = "cluster",
+) -> bool:
+    """Add a Kubernetes Event to a job's timeline, or fold a repeat of it into its count.
+
+    `key` is the Event's uid: the same Event seen again (a relist, a replayed watch, a second
+    watcher) only raises the count and the time, so nothing is ever written twice. Returns True
+    when a new line was added."""
+    with transaction.atomic():
+        existing = (
+            JobEvent.objects.select_for_update().filter(dedupe_key=key[:128]).only("id").first()
+        )
+        if existing is not None:
+            JobEvent.objects.filter(pk=existing.pk, count__lt=count).update(
+                count=count, occurred_at=occurred_at, message=message
+            )
+            return False
+        try:
+            with transaction.atomic():
+                JobEvent.objects.create(
+                    job_id=job_id,
+                    from_state="",
+                    to_state="",
+                    reason=reason[:64],
+                    message=message,
+                    source=source,
+                    occurred_at=occurred_at,
+                    count=max(1, count),
+                    warning=warning,
+                    dedupe_key=key[:128],
+                )
+        except IntegrityError:
+            return False  # another writer added it a moment ago
+    publish_job_change(job_id, "")
+    return True
+
+
+def job_record_pods(*, job_id: int, records: list[Any], present_uids: set[str]) -> None:
+    """Upsert the job's JobPod rows from jobs.status.PodRecord values; pods of the job that the
+    cluster no longer has are marked deleted (kept: they say where the job ran)."""
+    from jobs.models import JobPod
+
+    for record in records:
+        JobPod.objects.update_or_create(
+            uid=record.uid,
+            defaults={
+                "job_id": job_id,
+                "name": record.name,
+                "rank": record.rank,
+                "node": record.node,
+                "phase": record.phase,
+                "started_at": record.started_at,
+                "finished_at": record.finished_at,
+                "gpu_uuids": record.gpu_uuids,
+                "gpu_indices": record.gpu_indices,
+                "exit_code": record.exit_code,
+                "reason": record.reason[:64],
+                "message": record.message,
+                "restart_count": record.restart_count,
+                "deleted": False,
+            },
+        )
+    JobPod.objects.filter(job_id=job_id, deleted=False).exclude(uid__in=present_uids).update(
+        deleted=True
+    )
+
+
+def job_set_queue_info(
+    *, job: Job, position: int | None, length: int | None, explanation: str
+) -> None:
+    """Store where a waiting job stands in its queue and the sentence that explains why."""
+    if (job.queue_position, job.queue_length, job.explanation) == (position, length, explanation):
+        return
+    Job.objects.filter(pk=job.pk).update(
+        queue_position=position, queue_length=length, explanation=explanation
+    )
+    job.queue_position, job.queue_length, job.explanation = position, length, explanation
+    publish_job_change(job.pk, job.state, project_slug=job.project.slug)
+
+
+def job_mark_for_cleanup(job: Job) -> None:
+    """A job the portal ended (e.g. out of memory) whose cluster objects must go."""
+    Job.objects.filter(pk=job.pk).update(cleanup_pending=True)
+    job.cleanup_pending = True
+    enqueue_reconcile(job.pk)
