@@ -677,6 +677,16 @@ class PodRunner:
             attempt.finished = self.clock.time()
             attempt.exit_code = timeline.exit_code
             attempt.reason = "Completed" if timeline.exit_code == 0 else "Error"
+            if timeline.oom_killed:
+                attempt.reason = "OOMKilled"
+                # What the kernel's OOM report turns into (node-problem-detector's event).
+                self.record(
+                    "OOMKilling",
+                    f"Memory cgroup out of memory: Killed process of container {run.name} "
+                    f"in pod {self.namespace}/{self.name}",
+                    type="Warning",
+                    field_path=field_path,
+                )
             succeeded = timeline.exit_code == 0
             restart = restart_policy == "Always" or (
                 restart_policy == "OnFailure" and not succeeded

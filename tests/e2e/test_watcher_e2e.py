@@ -1,0 +1,296 @@
+"""End to end with the cluster watcher: kubesim, a Celery worker (applies jobs; no beat, so no
+periodic resync helps), PostgreSQL, Redis and `manage.py watch_cluster` as subprocesses.
+
+Every state below reaches the database through the watcher alone."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import E2E_REDIS_URL, wait_for
+from tests.e2e.test_jobs_e2e import api_as, kubesim_fault, submit, sync_quotas_and_wait
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+REPO = Path(__file__).resolve().parents[2]
+
+
+class WatcherProcess:
+    def __init__(self, env: dict[str, str], workdir: Path, identity: str):
+        self.identity = identity
+        self.log = workdir / f"watcher-{identity}.log"
+        self.health = workdir / f"watcher-{identity}.json"
+        self.env = env
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "WatcherProcess":
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "manage.py",
+                    "watch_cluster",
+                    "--identity",
+                    self.identity,
+                    "--health-file",
+                    str(self.health),
+                ],
+                cwd=REPO,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self
+
+    def leader(self) -> bool:
+        import json
+
+        try:
+            return bool(json.loads(self.health.read_text()).get("leader"))
+        except (OSError, ValueError):
+            return False
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def watcher_factory(worker_factory, e2e_kubesim, tmp_path):
+    from django.db import connection
+
+    db = connection.settings_dict
+    user, host, port = db["USER"] or "postgres", db["HOST"] or "127.0.0.1", db["PORT"] or 5432
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{user}@{host}:{port}/{db['NAME']}",
+        "CELERY_BROKER_URL": E2E_REDIS_URL,
+        "PORTAL_PUBSUB_URL": E2E_REDIS_URL,
+        "KUBECONFIG": str(e2e_kubesim.kubeconfig),
+        "PYTHONPATH": str(REPO),
+        # Each test gets its own Lease, so a watcher of an earlier test never holds it.
+        "PORTAL_WATCHER_LEASE_NAME": f"gpu-portal-watcher-{int(time.time() * 1000)}",
+    }
+    started: list[WatcherProcess] = []
+
+    def start(identity: str = "w1") -> WatcherProcess:
+        watcher = WatcherProcess(env, tmp_path, identity).start()
+        started.append(watcher)
+        return watcher
+
+    yield start
+    for watcher in started:
+        watcher.stop()
+
+
+def job_row(job_id):
+    from jobs.models import Job
+
+    return Job.objects.get(pk=job_id)
+
+
+def wait_state(job_id, wanted, timeout=120):
+    return wait_for(
+        lambda: job_row(job_id).state in wanted and job_row(job_id),
+        timeout=timeout,
+        what=f"job {job_id} to reach {wanted} (now {job_row(job_id).state})",
+    )
+
+
+def transitions(job_id):
+    from jobs.models import JobEvent
+
+    return [
+        (e.from_state, e.to_state)
+        for e in JobEvent.objects.filter(job_id=job_id).exclude(to_state="").order_by("id")
+    ]
+
+
+def cluster_lines(job_id):
+    from jobs.models import JobEvent
+
+    return list(
+        JobEvent.objects.filter(job_id=job_id, to_state="")
+        .order_by("id")
+        .values_list("reason", "message", "count")
+    )
+
+
+def assert_no_duplicates(job_id):
+    moves = transitions(job_id)
+    assert len(moves) == len(set(moves)), moves
+    for earlier, later in zip(moves, moves[1:], strict=False):
+        assert earlier[1] == later[0], f"transitions do not chain: {moves}"
+
+
+def test_a_job_moves_through_queued_running_succeeded_with_position_and_explanation(
+    e2e_org, worker_factory, watcher_factory
+):
+    worker_factory()
+    sync_quotas_and_wait(e2e_org)
+    watcher_factory()
+    client = api_as(e2e_org["bob"])
+    # Two 8-GPU jobs take all 16 guaranteed GPUs of project alpha; the third one waits.
+    blockers = [
+        submit(client, kind="single", gpus=8, command=["sh", "-c", "sleep 100000"])
+        for _ in range(2)
+    ]
+    for blocker in blockers:
+        wait_state(blocker["id"], {"running"})
+    waiting = submit(
+        client,
+        kind="single",
+        gpus=8,
+        command=["sh", "-c", "echo starting; sleep 1500; echo done"],
+    )
+    queued = wait_for(
+        lambda: (row := job_row(waiting["id"])).state == "queued"
+        and row.queue_position
+        and row.explanation
+        and row,
+        what="the waiting job to show a position and an explanation",
+    )
+    assert queued.queue_position == 1 and queued.queue_length == 1
+    assert queued.explanation.startswith("Waiting for 8 × H100 GPUs in pool h100: "), (
+        queued.explanation
+    )
+    assert "project alpha uses 16 of its 16 guaranteed GPUs" in queued.explanation
+    assert "department research has none to lend" in queued.explanation
+    assert queued.explanation.endswith("Position 1 of 1 in the queue.")
+
+    # Usage against quota, from the ClusterQueue's status.
+    from jobs.models import QueueUsage
+
+    usage = wait_for(
+        lambda: QueueUsage.objects.filter(
+            queue_name="gp-alpha", pool="h100", resource="gpu", in_use=16
+        ).first(),
+        what="alpha's usage row",
+    )
+    assert usage.guaranteed == 16 and usage.project.slug == "alpha"
+
+    # Cancelling one blocker lets the waiting job run to completion.
+    response = client.post(f"/api/v1/jobs/{blockers[0]['id']}/cancel/")
+    assert response.status_code in (200, 202), response.content
+    done = wait_state(waiting["id"], {"succeeded", "failed"}, timeout=180)
+    assert done.state == "succeeded", (done.state_reason, done.state_message)
+    states = [to for _, to in transitions(waiting["id"])]
+    assert states[0] == "submitted" and states[-1] == "succeeded", states
+    assert states.index("queued") < states.index("running") < states.index("succeeded"), states
+    assert_no_duplicates(waiting["id"])
+    lines = cluster_lines(waiting["id"])
+    assert any("was placed on node" in message for _, message, _ in lines), lines
+    pod = job_row(waiting["id"]).pod_records.get()
+    assert pod.node and pod.gpu_uuids and len(pod.gpu_uuids) == 8, pod.__dict__
+    assert len(pod.gpu_indices) == 8 and pod.exit_code == 0
+    assert job_row(waiting["id"]).queue_position is None
+
+
+def test_exit_3_fails_with_exit_code_and_last_log_lines_and_oom_fails_at_once(
+    e2e_org, worker_factory, watcher_factory
+):
+    worker_factory()
+    sync_quotas_and_wait(e2e_org)
+    watcher_factory()
+    client = api_as(e2e_org["bob"])
+    failing = submit(
+        client,
+        kind="single",
+        gpus=1,
+        command=["sh", "-c", "echo loading data; echo epoch 1 loss nan; exit 3"],
+    )
+    greedy = submit(
+        client,
+        kind="single",
+        gpus=1,
+        # Holds 80Gi with a 64Gi limit: the kubelet OOM-kills it; without the watcher's verdict
+        # the Job would retry it until its maximum runtime.
+        command=["sh", "-c", "echo allocating; alloc 80Gi; sleep 100000"],
+    )
+    failed = wait_state(failing["id"], {"failed", "succeeded"})
+    assert failed.state == "failed"
+    assert "exited with code 3" in failed.state_message, failed.state_message
+    assert "epoch 1 loss nan" in failed.state_message, failed.state_message
+    assert failed.pod_records.get().exit_code == 3
+
+    oom = wait_state(greedy["id"], {"failed", "succeeded"}, timeout=60)
+    assert oom.state == "failed" and oom.state_reason == "OOMKilled", oom.state_message
+    assert "the container ran out of memory (limit 64Gi)" in oom.state_message
+    assert_no_duplicates(failing["id"])
+    assert_no_duplicates(greedy["id"])
+
+
+def test_a_preempted_job_shows_preempted_then_requeues_and_runs(
+    e2e_org, worker_factory, watcher_factory
+):
+    worker_factory()
+    sync_quotas_and_wait(e2e_org)
+    watcher_factory()
+    client = api_as(e2e_org["bob"])
+    low = submit(
+        client, kind="gang", gpus=8, replicas=2, priority="low", command=["sleep", "36000"]
+    )
+    wait_state(low["id"], {"running"})
+    high = submit(client, kind="gang", gpus=8, replicas=2, priority="high")
+    wait_state(high["id"], {"running", "succeeded"})
+    wait_for(
+        lambda: "preempted" in [to for _, to in transitions(low["id"])],
+        what="the low-priority job to show Preempted",
+    )
+    assert any(reason == "Preempted" for reason, _, _ in cluster_lines(low["id"]))
+    wait_state(high["id"], {"succeeded"}, timeout=180)
+    again = wait_state(low["id"], {"running", "failed"}, timeout=180)
+    assert again.state == "running", again.state_message
+    states = [to for _, to in transitions(low["id"])]
+    assert states.index("preempted") < len(states) - 1 and states[-1] == "running", states
+    assert_no_duplicates(low["id"])
+
+
+def test_jobs_converge_after_leader_kill_expired_history_and_api_outage(
+    e2e_org, worker_factory, watcher_factory, e2e_kubesim
+):
+    from jobs.models import JobEvent
+
+    worker_factory()
+    sync_quotas_and_wait(e2e_org)
+    first = watcher_factory("w1")
+    wait_for(first.leader, what="the first watcher to lead")
+    second = watcher_factory("w2")
+    client = api_as(e2e_org["bob"])
+    ids = [
+        submit(client, kind="single", gpus=1, command=["sh", "-c", "sleep 2000; echo ok"])["id"]
+        for _ in range(4)
+    ]
+    for job_id in ids:
+        wait_state(job_id, {"running", "succeeded"})
+    first.kill()
+    killed_at = time.monotonic()
+    wait_for(second.leader, timeout=20, interval=0.2, what="the standby to take over")
+    assert time.monotonic() - killed_at <= 15.5
+    more = [
+        submit(client, kind="single", gpus=1, command=["sh", "-c", "sleep 3000; echo ok"])["id"]
+        for _ in range(3)
+    ]
+    kubesim_fault(e2e_kubesim, {"expire_history": True, "close_watches": True})
+    kubesim_fault(e2e_kubesim, {"unavailable_seconds": 60})
+    time.sleep(61)
+    for job_id in ids + more:
+        done = wait_state(job_id, {"succeeded", "failed"}, timeout=240)
+        assert done.state == "succeeded", (job_id, done.state_reason, done.state_message)
+        assert_no_duplicates(job_id)
+    keys = list(JobEvent.objects.exclude(dedupe_key=None).values_list("dedupe_key", flat=True))
+    assert len(keys) == len(set(keys))
