@@ -8,6 +8,7 @@ by their uid (folded, never duplicated); pods become JobPod rows; ClusterQueue a
 status become QueueUsage rows; waiting jobs get their queue position and a plain explanation.
 """
 
+import dataclasses
 import logging
 import queue
 import re
@@ -21,6 +22,7 @@ from django.db import close_old_connections, connection
 from django.db.utils import DatabaseError
 
 from jobs import explain
+from jobs.manifests import job_selector
 from jobs.models import Job, WatchCursor
 from jobs.services import (
     InvalidTransition,
@@ -42,6 +44,8 @@ from jobs.status import (
 )
 from jobs.watcher import queues
 from jobs.watcher.informer import Change
+from portal.kube import apply as kube
+from portal.kube.apply import KubeError
 
 log = logging.getLogger(__name__)
 SOURCE = "watcher"
@@ -202,6 +206,15 @@ class Processor(threading.Thread):
         job_record_pods(job_id=job.pk, records=changed, present_uids=present)
         self.written_pods[job.pk] = {r.uid: r for r in records}
 
+    def _with_fresh_pods(self, job: Job, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        try:
+            pods = kube.list_objects(
+                "v1", "Pod", namespace=job.project.namespace, label_selector=job_selector(job.pk)
+            )
+        except KubeError:
+            return snapshot
+        return dataclasses.replace(snapshot, pods=pods)
+
     def _failure_message(self, message: str, snapshot: ClusterSnapshot, job: Job) -> str:
         found = failing_pod(snapshot.pods)
         if not found or self.log_tail is None:
@@ -223,6 +236,12 @@ class Processor(threading.Thread):
         reading = map_with_pods(snapshot)
         if reading.state is None:
             return
+        if reading.state == JobState.FAILED and failing_pod(snapshot.pods) is None:
+            # The pod's last status may still be on its way on the Pod stream: read the pods
+            # now so the failure names the exit code.
+            snapshot = self._with_fresh_pods(job, snapshot)
+            reading = map_with_pods(snapshot)
+            self._sync_pods(job, snapshot)
         if reading.state == job.state:
             job_note_status(job, reason=reading.reason, message=reading.message)
         elif can_transition(job.state, reading.state):

@@ -69,6 +69,22 @@ class WatcherProcess:
                 self.kill()
 
 
+@pytest.fixture(autouse=True)
+def clean_cluster(e2e_kubesim, settings):
+    """kubesim lives for the module: remove the jobs earlier tests left so quota is free."""
+    from portal.kube import apply as kube
+    from portal.kube.client import reset_api_client
+
+    settings.KUBECONFIG = str(e2e_kubesim.kubeconfig)
+    reset_api_client()
+    for api_version in ("batch/v1", "batch.volcano.sh/v1alpha1"):
+        for obj in kube.list_owned(api_version, "Job"):
+            kube.delete_object(obj)
+    wait_for(
+        lambda: not kube.list_owned("v1", "Pod"), timeout=60, what="earlier tests' pods to go"
+    )
+
+
 @pytest.fixture
 def watcher_factory(worker_factory, e2e_kubesim, tmp_path):
     from django.db import connection
@@ -95,6 +111,8 @@ def watcher_factory(worker_factory, e2e_kubesim, tmp_path):
     yield start
     for watcher in started:
         watcher.stop()
+        # Shown by pytest when the test failed.
+        print(f"--- {watcher.log.name} ---\n{watcher.log.read_text()[-4000:]}")
 
 
 def job_row(job_id):
@@ -225,7 +243,8 @@ def test_exit_3_fails_with_exit_code_and_last_log_lines_and_oom_fails_at_once(
     assert failed.state == "failed"
     assert "exited with code 3" in failed.state_message, failed.state_message
     assert "epoch 1 loss nan" in failed.state_message, failed.state_message
-    assert failed.pod_records.get().exit_code == 3
+    pod = wait_for(lambda: failed.pod_records.filter(exit_code=3).first(), what="the pod row")
+    assert pod.reason == "Error" and pod.node
 
     oom = wait_state(greedy["id"], {"failed", "succeeded"}, timeout=60)
     assert oom.state == "failed" and oom.state_reason == "OOMKilled", oom.state_message
