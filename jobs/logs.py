@@ -4,7 +4,9 @@ Pods are found through the JobPod rows the watcher keeps (so a pod that no longe
 named plainly) and read through portal.kube.watch.pod_log.
 """
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 from jobs.manifests import CONTAINER_NAME
 from jobs.models import Job, JobPod
@@ -13,7 +15,12 @@ from portal.kube.watch import pod_log
 
 
 class LogsUnavailable(Exception):
-    """A plain sentence for the reader: no such pod, pod gone, no previous container."""
+    """A plain sentence for the reader: no such pod, pod gone, no previous container.
+    `status` is the HTTP status the API answers with (404 no such pod, 410 pod gone)."""
+
+    def __init__(self, message: str, status: int = 404):
+        super().__init__(message)
+        self.status = status
 
 
 def tail_text(namespace: str, pod: str, container: str = CONTAINER_NAME, lines: int = 20) -> str:
@@ -59,7 +66,7 @@ def stream(
         f" (it ran on {record.node})." if record.node else "."
     )
     if record.deleted:
-        raise LogsUnavailable(gone)
+        raise LogsUnavailable(gone, 410)
     try:
         chunks = pod_log(
             job.project.namespace,
@@ -72,6 +79,74 @@ def stream(
         )
     except PermanentKubeError as exc:
         if exc.status == 404:
-            raise LogsUnavailable(gone) from exc
-        raise LogsUnavailable(f"The cluster cannot give these logs: {exc.message}") from exc
+            raise LogsUnavailable(gone, 410) from exc
+        raise LogsUnavailable(f"The cluster cannot give these logs: {exc.message}", 400) from exc
     return chunks
+
+
+_DURATION = re.compile(r"^(\d+)([smhd]?)$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class LogQuery:
+    pod: str = ""
+    rank: int | None = None
+    tail: int | None = None
+    since_seconds: int | None = None
+    previous: bool = False
+    follow: bool = False
+
+
+def parse_log_query(params: Mapping[str, str]) -> tuple[LogQuery, dict[str, list[str]]]:
+    """The query string as a LogQuery, or field errors that say what is wrong."""
+    errors: dict[str, list[str]] = {}
+
+    def number(name: str, maximum: int) -> int | None:
+        raw = params.get(name)
+        if raw in (None, ""):
+            return None
+        if not str(raw).isdigit() or int(raw) > maximum:
+            errors[name] = [f"Must be a whole number from 0 to {maximum}; got {raw!r}."]
+            return None
+        return int(raw)
+
+    def flag(name: str) -> bool:
+        raw = str(params.get(name) or "").lower()
+        if raw in ("", "0", "false", "no"):
+            return False
+        if raw in ("1", "true", "yes"):
+            return True
+        errors[name] = [f"Must be true or false; got {params.get(name)!r}."]
+        return False
+
+    since = None
+    raw_since = params.get("since")
+    if raw_since:
+        match = _DURATION.match(str(raw_since).strip())
+        if match is None:
+            errors["since"] = [
+                f"Must be a duration such as 90s, 10m, 2h or 1d; got {raw_since!r}."
+            ]
+        else:
+            since = int(match.group(1)) * _UNITS[match.group(2)]
+    query = LogQuery(
+        pod=str(params.get("pod") or ""),
+        rank=number("rank", 10_000),
+        tail=number("tail", 100_000),
+        since_seconds=since,
+        previous=flag("previous"),
+        follow=flag("follow"),
+    )
+    if query.pod and query.rank is not None:
+        errors["rank"] = ["Give either pod or rank, not both."]
+    return query, errors
+
+
+def safe_chunks(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """Stream the chunks; a connection lost midway ends the text with a plain note instead of a
+    broken response."""
+    try:
+        yield from chunks
+    except KubeError as exc:
+        yield f"\n[log stream interrupted: {exc.message}]\n".encode()

@@ -204,6 +204,13 @@ def test_a_job_moves_through_queued_running_succeeded_with_position_and_explanat
     # Cancelling one blocker lets the waiting job run to completion.
     response = client.post(f"/api/v1/jobs/{blockers[0]['id']}/cancel/")
     assert response.status_code in (200, 202), response.content
+    wait_state(waiting["id"], {"running"})
+    # Following the log streams it until the container ends.
+    wait_for(lambda: job_row(waiting["id"]).pod_records.exists(), what="the pod row")
+    followed = client.get(f"/api/v1/jobs/{waiting['id']}/logs/?follow=true")
+    assert followed.status_code == 200
+    text = b"".join(followed.streaming_content).decode()
+    assert text.startswith("starting") and text.rstrip().endswith("done"), text
     done = wait_state(waiting["id"], {"succeeded", "failed"}, timeout=180)
     assert done.state == "succeeded", (done.state_reason, done.state_message)
     states = [to for _, to in transitions(waiting["id"])]
@@ -216,6 +223,14 @@ def test_a_job_moves_through_queued_running_succeeded_with_position_and_explanat
     assert pod.node and pod.gpu_uuids and len(pod.gpu_uuids) == 8, pod.__dict__
     assert len(pod.gpu_indices) == 8 and pod.exit_code == 0
     assert job_row(waiting["id"]).queue_position is None
+    # The cancelled blocker's pod is gone: its log says so plainly.
+    wait_for(
+        lambda: job_row(blockers[0]["id"]).pod_records.filter(deleted=True).exists(),
+        what="the cancelled job's pod to be recorded as gone",
+    )
+    gone = client.get(f"/api/v1/jobs/{blockers[0]['id']}/logs/")
+    assert gone.status_code == 410
+    assert "no longer exists" in gone.content.decode()
 
 
 def test_exit_3_fails_with_exit_code_and_last_log_lines_and_oom_fails_at_once(
@@ -245,6 +260,11 @@ def test_exit_3_fails_with_exit_code_and_last_log_lines_and_oom_fails_at_once(
     assert "epoch 1 loss nan" in failed.state_message, failed.state_message
     pod = wait_for(lambda: failed.pod_records.filter(exit_code=3).first(), what="the pod row")
     assert pod.reason == "Error" and pod.node
+    tail = client.get(f"/api/v1/jobs/{failing['id']}/logs/?tail=1")
+    assert tail.status_code == 200 and b"".join(tail.streaming_content) == b"epoch 1 loss nan\n"
+    assert client.get(f"/api/v1/jobs/{failing['id']}/logs/?tail=x").status_code == 400
+    outsider = api_as(e2e_org["oscar"]).get(f"/api/v1/jobs/{failing['id']}/logs/")
+    assert outsider.status_code == 404
 
     oom = wait_state(greedy["id"], {"failed", "succeeded"}, timeout=60)
     assert oom.state == "failed" and oom.state_reason == "OOMKilled", oom.state_message
