@@ -267,7 +267,6 @@ class JobViewSet(
         job = self.shape_queryset(Job.objects.filter(pk=job.pk)).prefetch_related("events").get()
         return Response(JobDetailSerializer(job, context=self.get_serializer_context()).data)
 
-
     @extend_schema(
         parameters=[
             OpenApiParameter("pod", OpenApiTypes.STR, description="Pod name (default: rank 0)."),

@@ -112,6 +112,7 @@ _MAX = re.compile(
     r" \(?(?P<max>[^)\s]+)\)?"
 )
 _TAINT = re.compile(r"untolerated taint (?P<taint>\S+) in flavor (?P<flavor>\S+)")
+_MISSING_FLAVOR = re.compile(r"flavor (?P<flavor>\S+) not found")
 _AFFINITY = re.compile(r"flavor (?P<flavor>\S+) doesn't match node affinity")
 _NODES = re.compile(r"(?P<free>\d+)/(?P<total>\d+) nodes are available")
 _GANG = re.compile(r"(?P<missing>\d+)/(?P<tasks>\d+) tasks in gang unschedulable")
@@ -163,14 +164,14 @@ def explain_pending(
             "made smaller.".replace("project  ", "the project ")
         )
     if match := _UNUSED.search(text):
-        pool_name = pool or _flavor_pool(match.group("flavor"))
         resource = match.group("res")
-        head = _waiting_head(request, pool_name)
-        if resource not in (GPU_RESOURCE,) and not resource.startswith(MIG_PREFIX):
-            head = (
+        if resource != GPU_RESOURCE and not resource.startswith(MIG_PREFIX):
+            # CPU or memory: the portal does not ration them, so no quota story to tell.
+            return done(
                 f"Waiting for {match.group('more')} more {_resource_words(resource)} in pool "
-                f"{pool_name}"
+                f"{_flavor_pool(match.group('flavor'))}."
             )
+        head = _waiting_head(request, pool or _flavor_pool(match.group("flavor")))
         clause = _standing_clause(request, standing)
         return done(head + (f": {clause}." if clause else "."))
     if match := _TAINT.search(text):
@@ -183,8 +184,11 @@ def explain_pending(
             f"Pool {_flavor_pool(match.group('flavor'))} does not match the pool this job asked "
             "for; it waits for a pool that does."
         )
-    if "flavor" in text and "not found" in text:
-        return done(f"The pool is not set up in the cluster yet ({text}).")
+    if match := _MISSING_FLAVOR.search(text):
+        return done(
+            f"The pool {_flavor_pool(match.group('flavor'))} is not set up in the cluster yet; "
+            "an administrator needs to sync the quotas."
+        )
     if reason in ("ExceedsMaxQuota",):
         return done(
             "The job asks for more than the project may ever use; raise the quota or make the "

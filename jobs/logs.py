@@ -125,9 +125,7 @@ def parse_log_query(params: Mapping[str, str]) -> tuple[LogQuery, dict[str, list
     if raw_since:
         match = _DURATION.match(str(raw_since).strip())
         if match is None:
-            errors["since"] = [
-                f"Must be a duration such as 90s, 10m, 2h or 1d; got {raw_since!r}."
-            ]
+            errors["since"] = [f"Must be a duration such as 90s, 10m, 2h or 1d; got {raw_since!r}."]
         else:
             since = int(match.group(1)) * _UNITS[match.group(2)]
     query = LogQuery(

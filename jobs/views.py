@@ -37,6 +37,7 @@ class JobDetailView(LoginRequiredMixin, View):
         context = {
             "job": job,
             "events": job_events(job=job),
+            "pods": job.pod_records.all(),
             "can_write": can_write(request.user, job.project),
         }
         if request.htmx:

@@ -5,7 +5,7 @@ A container whose command is a shell script (`sh -c`, `bash -c`, or an exec-form
 `set ...` and comments), joined by newlines, `;`, `&&` and `||`, runs as written in simulated time.
 `alloc SIZE` (a Kubernetes quantity such as 80Gi or 512M) makes the script hold that much more
 memory from then on; when what it holds exceeds the container's memory limit, the kernel's OOM
-killer ends the container at that moment: exit code 137, reason OOMKilled (see `apply_memory_limit`).
+killer ends the container at that moment: exit code 137, reason OOMKilled (`apply_memory_limit`).
 Anything else is an opaque program: it runs for the default duration, prints training progress
 lines, and exits 0.
 

@@ -3,6 +3,7 @@ periodic resync helps), PostgreSQL, Redis and `manage.py watch_cluster` as subpr
 
 Every state below reaches the database through the watcher alone."""
 
+import itertools
 import os
 import signal
 import subprocess
@@ -80,9 +81,7 @@ def clean_cluster(e2e_kubesim, settings):
     for api_version in ("batch/v1", "batch.volcano.sh/v1alpha1"):
         for obj in kube.list_owned(api_version, "Job"):
             kube.delete_object(obj)
-    wait_for(
-        lambda: not kube.list_owned("v1", "Pod"), timeout=60, what="earlier tests' pods to go"
-    )
+    wait_for(lambda: not kube.list_owned("v1", "Pod"), timeout=60, what="earlier tests' pods to go")
 
 
 @pytest.fixture
@@ -151,7 +150,7 @@ def cluster_lines(job_id):
 def assert_no_duplicates(job_id):
     moves = transitions(job_id)
     assert len(moves) == len(set(moves)), moves
-    for earlier, later in zip(moves, moves[1:], strict=False):
+    for earlier, later in itertools.pairwise(moves):
         assert earlier[1] == later[0], f"transitions do not chain: {moves}"
 
 
@@ -176,13 +175,16 @@ def test_a_job_moves_through_queued_running_succeeded_with_position_and_explanat
         command=["sh", "-c", "echo starting; sleep 1500; echo done"],
     )
     queued = wait_for(
-        lambda: (row := job_row(waiting["id"])).state == "queued"
-        and row.queue_position
-        and row.explanation
-        and row,
+        lambda: (
+            (row := job_row(waiting["id"])).state == "queued"
+            and row.queue_position
+            and row.explanation
+            and row
+        ),
         what="the waiting job to show a position and an explanation",
     )
-    assert queued.queue_position == 1 and queued.queue_length == 1
+    assert queued.queue_position == 1
+    assert queued.queue_length == 1
     assert queued.explanation.startswith("Waiting for 8 × H100 GPUs in pool h100: "), (
         queued.explanation
     )
@@ -199,7 +201,8 @@ def test_a_job_moves_through_queued_running_succeeded_with_position_and_explanat
         ).first(),
         what="alpha's usage row",
     )
-    assert usage.guaranteed == 16 and usage.project.slug == "alpha"
+    assert usage.guaranteed == 16
+    assert usage.project.slug == "alpha"
 
     # Cancelling one blocker lets the waiting job run to completion.
     response = client.post(f"/api/v1/jobs/{blockers[0]['id']}/cancel/")
@@ -210,18 +213,22 @@ def test_a_job_moves_through_queued_running_succeeded_with_position_and_explanat
     followed = client.get(f"/api/v1/jobs/{waiting['id']}/logs/?follow=true")
     assert followed.status_code == 200
     text = b"".join(followed.streaming_content).decode()
-    assert text.startswith("starting") and text.rstrip().endswith("done"), text
+    assert text.startswith("starting"), text
+    assert text.rstrip().endswith("done"), text
     done = wait_state(waiting["id"], {"succeeded", "failed"}, timeout=180)
     assert done.state == "succeeded", (done.state_reason, done.state_message)
     states = [to for _, to in transitions(waiting["id"])]
-    assert states[0] == "submitted" and states[-1] == "succeeded", states
+    assert states[0] == "submitted", states
+    assert states[-1] == "succeeded", states
     assert states.index("queued") < states.index("running") < states.index("succeeded"), states
     assert_no_duplicates(waiting["id"])
     lines = cluster_lines(waiting["id"])
     assert any("was placed on node" in message for _, message, _ in lines), lines
     pod = job_row(waiting["id"]).pod_records.get()
-    assert pod.node and pod.gpu_uuids and len(pod.gpu_uuids) == 8, pod.__dict__
-    assert len(pod.gpu_indices) == 8 and pod.exit_code == 0
+    assert pod.node, pod.__dict__
+    assert len(pod.gpu_uuids) == 8, pod.__dict__
+    assert len(pod.gpu_indices) == 8
+    assert pod.exit_code == 0
     assert job_row(waiting["id"]).queue_position is None
     # The cancelled blocker's pod is gone: its log says so plainly.
     wait_for(
@@ -259,15 +266,18 @@ def test_exit_3_fails_with_exit_code_and_last_log_lines_and_oom_fails_at_once(
     assert "exited with code 3" in failed.state_message, failed.state_message
     assert "epoch 1 loss nan" in failed.state_message, failed.state_message
     pod = wait_for(lambda: failed.pod_records.filter(exit_code=3).first(), what="the pod row")
-    assert pod.reason == "Error" and pod.node
+    assert pod.reason == "Error"
+    assert pod.node
     tail = client.get(f"/api/v1/jobs/{failing['id']}/logs/?tail=1")
-    assert tail.status_code == 200 and b"".join(tail.streaming_content) == b"epoch 1 loss nan\n"
+    assert tail.status_code == 200
+    assert b"".join(tail.streaming_content) == b"epoch 1 loss nan\n"
     assert client.get(f"/api/v1/jobs/{failing['id']}/logs/?tail=x").status_code == 400
     outsider = api_as(e2e_org["oscar"]).get(f"/api/v1/jobs/{failing['id']}/logs/")
     assert outsider.status_code == 404
 
     oom = wait_state(greedy["id"], {"failed", "succeeded"}, timeout=60)
-    assert oom.state == "failed" and oom.state_reason == "OOMKilled", oom.state_message
+    assert oom.state == "failed", oom.state_message
+    assert oom.state_reason == "OOMKilled", oom.state_message
     assert "the container ran out of memory (limit 64Gi)" in oom.state_message
     assert_no_duplicates(failing["id"])
     assert_no_duplicates(greedy["id"])
@@ -295,7 +305,8 @@ def test_a_preempted_job_shows_preempted_then_requeues_and_runs(
     again = wait_state(low["id"], {"running", "failed"}, timeout=180)
     assert again.state == "running", again.state_message
     states = [to for _, to in transitions(low["id"])]
-    assert states.index("preempted") < len(states) - 1 and states[-1] == "running", states
+    assert states.index("preempted") < len(states) - 1, states
+    assert states[-1] == "running", states
     assert_no_duplicates(low["id"])
 
 
