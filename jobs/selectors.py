@@ -11,7 +11,7 @@ from jobs.models import Job, JobKind
 from jobs.states import ACTIVE
 from jobs.validation import PoolFacts
 from quotas import arithmetic, mig
-from quotas.models import DepartmentQuota, ProjectQuota
+from quotas.models import DepartmentQuota, GpuPool, ProjectQuota
 from tenants.models import Project
 
 
@@ -127,3 +127,41 @@ def jobs_to_resync() -> QuerySet[Job]:
     from django.db.models import Q
 
     return Job.objects.filter(Q(state__in=ACTIVE) | Q(cleanup_pending=True)).order_by("id")
+
+
+# --- quota use as the cluster reports it (rows kept by the cluster watcher) ------------------
+
+
+def usage_rows_for_projects(*, projects: list[Project]) -> dict[int, list[Any]]:
+    """{project id: [QueueUsage, ...]} ordered by pool and resource."""
+    from jobs.models import QueueUsage
+
+    out: dict[int, list[Any]] = {p.pk: [] for p in projects}
+    rows = QueueUsage.objects.filter(project__in=[p.pk for p in projects]).order_by(
+        "pool", "resource", "queue_kind"
+    )
+    for row in rows:
+        out.setdefault(row.project_id, []).append(row)
+    return out
+
+
+def gpus_in_use_per_pool() -> dict[str, int]:
+    """Whole GPUs in use per pool slug: Kueue usage by flavor; Volcano usage (which has no
+    pool) counts only when there is exactly one pool to put it in."""
+    from django.db.models import Sum
+
+    from jobs.models import QueueUsage
+
+    pools = list(GpuPool.objects.values_list("slug", flat=True))
+    used: dict[str, int] = dict.fromkeys(pools, 0)
+    totals = (
+        QueueUsage.objects.filter(resource="gpu")
+        .values("queue_kind", "pool")
+        .annotate(n=Sum("in_use"))
+        .order_by()
+    )
+    for row in totals:
+        pool = row["pool"] or (pools[0] if len(pools) == 1 else "")
+        if pool in used:
+            used[pool] += int(row["n"] or 0)
+    return used

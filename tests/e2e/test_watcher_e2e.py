@@ -202,6 +202,15 @@ def test_a_job_moves_through_queued_running_succeeded_with_position_and_explanat
         what="alpha's usage row",
     )
     assert usage.guaranteed == 16
+    project = client.get("/api/v1/projects/alpha/").json()
+    gpu_use = [u for u in project["usage"] if u["pool"] == "h100" and u["resource"] == "gpu"]
+    assert gpu_use[0]["in_use"] == 16
+    assert gpu_use[0]["guaranteed"] == 16
+    pool = client.get("/api/v1/pools/h100/").json()
+    assert pool["capacity_gpus"] == 24
+    assert pool["free_gpus"] == 8
+    page = client.get("/").content.decode()
+    assert "In use now" in page
     assert usage.project.slug == "alpha"
 
     # Cancelling one blocker lets the waiting job run to completion.
