@@ -8,8 +8,10 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from jobs.manifests import CONTAINER_NAME
+from jobs.manifests import CONTAINER_NAME, job_selector
 from jobs.models import Job, JobPod
+from jobs.status import pod_record
+from portal.kube import apply as kube
 from portal.kube.apply import KubeError, PermanentKubeError
 from portal.kube.watch import pod_log
 
@@ -32,9 +34,28 @@ def tail_text(namespace: str, pod: str, container: str = CONTAINER_NAME, lines: 
     return data.decode("utf-8", "replace").rstrip("\n")
 
 
+def _cluster_pods(job: Job) -> list[JobPod]:
+    """Unsaved JobPod rows read from the cluster, for when the watcher has not recorded any."""
+    try:
+        found = kube.list_objects(
+            "v1", "Pod", namespace=job.project.namespace, label_selector=job_selector(job.pk)
+        )
+    except KubeError:
+        return []
+    rows = []
+    for pod in found:
+        record = pod_record(pod)
+        rows.append(
+            JobPod(job=job, uid=record.uid, name=record.name, rank=record.rank, node=record.node)
+        )
+    return sorted(rows, key=lambda p: (p.rank is None, p.rank or 0, p.name))
+
+
 def choose_pod(job: Job, *, pod: str = "", rank: int | None = None) -> JobPod:
     """The pod asked for: by name, by rank, else rank 0 / the only pod (newest attempt)."""
     pods = list(JobPod.objects.filter(job=job).order_by("-started_at", "-id"))
+    if not pods:
+        pods = _cluster_pods(job)
     if pod:
         found = next((p for p in pods if p.name == pod), None)
         if found is None:

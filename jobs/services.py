@@ -91,7 +91,7 @@ def job_transition(
 
 def publish_job_change(job_id: int, state: str, *, project_slug: str | None = None) -> None:
     """After commit, tell live pages (Redis pub/sub channel portal:jobs:<project slug>) that a
-    job changed: {"job": id, "state": state}. Best effort: no Redis configured, or Redis down,
+    job changed: {"job": id, "state": state} (state "" = look it up: its timeline changed). Best effort: no Redis configured, or Redis down,
     costs only liveness (pages also poll)."""
     transaction.on_commit(lambda: _publish(job_id, state, project_slug))
 
@@ -99,10 +99,11 @@ def publish_job_change(job_id: int, state: str, *, project_slug: str | None = No
 def _publish(job_id: int, state: str, project_slug: str | None) -> None:
     from portal import pubsub
 
-    if project_slug is None:
-        project_slug = (
-            Job.objects.filter(pk=job_id).values_list("project__slug", flat=True).first() or ""
-        )
+    if project_slug is None or not state:
+        row = Job.objects.filter(pk=job_id).values_list("project__slug", "state").first()
+        if row is None:
+            return
+        project_slug, state = project_slug or row[0], state or row[1]
     pubsub.publish(f"portal:jobs:{project_slug}", {"job": job_id, "state": state})
 
 

@@ -96,7 +96,7 @@ class Processor(threading.Thread):
         self.cursors: dict[str, str] = {}
         self.saved_cursors: dict[str, str] = {}
         self.written_pods: dict[str, Any] = {}
-        self.known_jobs: dict[int, bool] = {}
+        self.job_namespaces: dict[int, str | None] = {}
         self.positions: dict[int, tuple[int, int]] = {}
         self.processed = 0
         self.last_positions = 0.0
@@ -289,10 +289,13 @@ class Processor(threading.Thread):
         )
         job_set_queue_info(job=job, position=position, length=length, explanation=sentence)
 
-    def _job_exists(self, job_id: int) -> bool:
-        if job_id not in self.known_jobs:
-            self.known_jobs[job_id] = Job.objects.filter(pk=job_id).exists()
-        return self.known_jobs[job_id]
+    def _job_namespace(self, job_id: int) -> str | None:
+        """The namespace of a portal job (None: no such job)."""
+        if job_id not in self.job_namespaces:
+            self.job_namespaces[job_id] = (
+                Job.objects.filter(pk=job_id).values_list("project__namespace", flat=True).first()
+            )
+        return self.job_namespaces[job_id]
 
     def record_event(self, event: dict[str, Any]) -> None:
         involved = event.get("involvedObject") or {}
@@ -300,7 +303,9 @@ class Processor(threading.Thread):
         if job_id is None:
             match = JOB_NAME.search(involved.get("name") or "")
             job_id = int(match.group(1)) if match else None
-        if job_id is None or not self._job_exists(job_id):
+        namespace = (event.get("metadata") or {}).get("namespace") or ""
+        # Only events in the job's own namespace: a same-named object elsewhere is not ours.
+        if job_id is None or self._job_namespace(job_id) != namespace:
             return
         reason = event.get("reason") or ""
         message = event.get("message") or ""
@@ -406,14 +411,21 @@ class Processor(threading.Thread):
                     first = self.inbox.get(timeout=0.5)
                 except queue.Empty:
                     first = None
-                if first is not None:
-                    self._absorb(first)
-                    for _ in range(5000):
-                        try:
-                            self._absorb(self.inbox.get_nowait())
-                        except queue.Empty:
-                            break
-                close_old_connections()
-                self.flush()
+                try:
+                    if first is not None:
+                        self._absorb(first)
+                        for _ in range(5000):
+                            try:
+                                self._absorb(self.inbox.get_nowait())
+                            except queue.Empty:
+                                break
+                    close_old_connections()
+                    self.flush()
+                except DatabaseError:
+                    log.warning("database unavailable; retrying", exc_info=True)
+                    connection.close()
+                    self.stop_event.wait(1.0)
+                except Exception:  # keep watching; the next change or relist repairs it
+                    log.exception("watch processor error")
         finally:
             connection.close()
