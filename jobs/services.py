@@ -91,8 +91,9 @@ def job_transition(
 
 def publish_job_change(job_id: int, state: str, *, project_slug: str | None = None) -> None:
     """After commit, tell live pages (Redis pub/sub channel portal:jobs:<project slug>) that a
-    job changed: {"job": id, "state": state} (state "" = look it up: its timeline changed). Best effort: no Redis configured, or Redis down,
-    costs only liveness (pages also poll)."""
+    job changed: {"job": id, "state": state}; state "" means "look it up" (its timeline
+    changed). Best effort: no Redis configured, or Redis down, costs only liveness (pages also
+    poll)."""
     transaction.on_commit(lambda: _publish(job_id, state, project_slug))
 
 
