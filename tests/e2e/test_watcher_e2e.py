@@ -4,6 +4,7 @@ periodic resync helps), PostgreSQL, Redis and `manage.py watch_cluster` as subpr
 Every state below reaches the database through the watcher alone."""
 
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -49,8 +50,6 @@ class WatcherProcess:
         return self
 
     def leader(self) -> bool:
-        import json
-
         try:
             return bool(json.loads(self.health.read_text()).get("leader"))
         except (OSError, ValueError):
@@ -157,6 +156,10 @@ def assert_no_duplicates(job_id):
 def test_a_job_moves_through_queued_running_succeeded_with_position_and_explanation(
     e2e_org, worker_factory, watcher_factory
 ):
+    import redis
+
+    pubsub = redis.Redis.from_url(E2E_REDIS_URL).pubsub()
+    pubsub.subscribe("portal:jobs:alpha")
     worker_factory()
     sync_quotas_and_wait(e2e_org)
     watcher_factory()
@@ -239,6 +242,17 @@ def test_a_job_moves_through_queued_running_succeeded_with_position_and_explanat
     assert len(pod.gpu_indices) == 8
     assert pod.exit_code == 0
     assert job_row(waiting["id"]).queue_position is None
+    # Live pages hear about every change on Redis pub/sub.
+    notices = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        message = pubsub.get_message(timeout=0.5)
+        if message is None:
+            break  # drained
+        if message["type"] == "message":
+            notices.append(json.loads(message["data"]))
+    assert {"job": waiting["id"], "state": "succeeded"} in notices, notices
+    pubsub.close()
     # The cancelled blocker's pod is gone: its log says so plainly.
     wait_for(
         lambda: job_row(blockers[0]["id"]).pod_records.filter(deleted=True).exists(),
