@@ -2,7 +2,7 @@
 
 import yaml
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, mixins, serializers, status
@@ -297,7 +297,8 @@ class JobViewSet(
                 follow=query.follow,
             )
         except job_logs.LogsUnavailable as exc:
-            return HttpResponse(str(exc) + "\n", status=exc.status, content_type=TEXT)
+            # The plain sentence as text, or the usual error shape for a JSON client.
+            return Response({"detail": str(exc), "errors": {}}, status=exc.status)
         response = StreamingHttpResponse(job_logs.safe_chunks(chunks), content_type=TEXT)
         response["X-Pod"] = record.name
         response["Cache-Control"] = "no-cache"

@@ -4,6 +4,7 @@ Pods are found through the JobPod rows the watcher keeps (so a pod that no longe
 named plainly) and read through portal.kube.watch.pod_log.
 """
 
+import logging
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -15,10 +16,13 @@ from portal.kube import apply as kube
 from portal.kube.apply import KubeError, PermanentKubeError
 from portal.kube.watch import pod_log
 
+log = logging.getLogger(__name__)
+
 
 class LogsUnavailable(Exception):
     """A plain sentence for the reader: no such pod, pod gone, no previous container.
-    `status` is the HTTP status the API answers with (404 no such pod, 410 pod gone)."""
+    `status` is the HTTP status the API answers with (404 no such pod, 409 no pod yet, 410 pod
+    gone)."""
 
     def __init__(self, message: str, status: int = 404):
         super().__init__(message)
@@ -40,7 +44,8 @@ def _cluster_pods(job: Job) -> list[JobPod]:
         found = kube.list_objects(
             "v1", "Pod", namespace=job.project.namespace, label_selector=job_selector(job.pk)
         )
-    except KubeError:
+    except Exception:  # no cluster configured or reachable: there is nothing to show
+        log.info("cannot list the pods of job %s", job.pk, exc_info=True)
         return []
     rows = []
     for pod in found:
@@ -67,7 +72,7 @@ def choose_pod(job: Job, *, pod: str = "", rank: int | None = None) -> JobPod:
             raise LogsUnavailable(f"Job {job.pk} has no pod of rank {rank}.")
         return found
     if not pods:
-        raise LogsUnavailable(f"Job {job.pk} has not started a pod yet; there are no logs.")
+        raise LogsUnavailable(f"Job {job.pk} has not started a pod yet; there are no logs.", 409)
     live = [p for p in pods if not p.deleted]
     ranked = [p for p in (live or pods) if p.rank in (0, None)]
     return (ranked or live or pods)[0]

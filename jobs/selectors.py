@@ -152,16 +152,20 @@ def gpus_in_use_per_pool() -> dict[str, int]:
 
     from jobs.models import QueueUsage
 
-    pools = list(GpuPool.objects.values_list("slug", flat=True))
-    used: dict[str, int] = dict.fromkeys(pools, 0)
-    totals = (
+    totals = list(
         QueueUsage.objects.filter(resource="gpu")
         .values("queue_kind", "pool")
         .annotate(n=Sum("in_use"))
         .order_by()
     )
+    used: dict[str, int] = {}
+    pools: list[str] | None = None
     for row in totals:
-        pool = row["pool"] or (pools[0] if len(pools) == 1 else "")
-        if pool in used:
-            used[pool] += int(row["n"] or 0)
+        pool = row["pool"]
+        if not pool:  # a Volcano queue: only attributable when there is one pool
+            if pools is None:
+                pools = list(GpuPool.objects.values_list("slug", flat=True)[:2])
+            pool = pools[0] if len(pools) == 1 else ""
+        if pool:
+            used[pool] = used.get(pool, 0) + int(row["n"] or 0)
     return used
