@@ -100,6 +100,8 @@ def publish_job_change(job_id: int, state: str, *, project_slug: str | None = No
 def _publish(job_id: int, state: str, project_slug: str | None) -> None:
     from portal import pubsub
 
+    if not pubsub.enabled():
+        return
     if project_slug is None or not state:
         row = Job.objects.filter(pk=job_id).values_list("project__slug", "state").first()
         if row is None:

@@ -29,6 +29,10 @@ def _redis():
         return _client[1]
 
 
+def enabled() -> bool:
+    return bool(getattr(settings, "PORTAL_PUBSUB_URL", ""))
+
+
 def publish(channel: str, message: dict[str, Any]) -> bool:
     """True when Redis took the message."""
     client = _redis()

@@ -216,6 +216,8 @@ PORTAL_WATCHER_LEASE_SECONDS = env.float("PORTAL_WATCHER_LEASE_SECONDS", default
 PORTAL_WATCHER_RENEW_SECONDS = env.float("PORTAL_WATCHER_RENEW_SECONDS", default=2.0)
 # The watcher's own API pacing (it lists and reads more than a worker; 0 = off).
 PORTAL_WATCHER_KUBE_QPS = env.float("PORTAL_WATCHER_KUBE_QPS", default=100.0)
+# Database writers for state changes (each its own connection); 1 = write in the loop thread.
+PORTAL_WATCHER_WRITERS = env.int("PORTAL_WATCHER_WRITERS", default=4)
 # runtimeClassName for GPU pods (e.g. "nvidia" where the NVIDIA runtime is not the default).
 PORTAL_RUNTIME_CLASS = env.str("PORTAL_RUNTIME_CLASS", default="")
 

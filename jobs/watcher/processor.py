@@ -14,10 +14,12 @@ import queue
 import re
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from django.conf import settings
 from django.db import close_old_connections, connection
 from django.db.utils import DatabaseError
 
@@ -62,6 +64,7 @@ JOB_NAME = re.compile(r"gp-job-(\d+)\b")
 POSITION_EVERY = 2.0
 CURSOR_EVERY = 2.0
 LOG_TAIL_LINES = 20
+QUOTA_CACHE_SECONDS = 10.0
 
 
 def _key(obj: dict[str, Any]) -> tuple[str, str]:
@@ -98,10 +101,22 @@ class Processor(threading.Thread):
         self.written_pods: dict[str, Any] = {}
         self.job_namespaces: dict[int, str | None] = {}
         self.positions: dict[int, tuple[int, int]] = {}
+        self.jobs: dict[int, Job] = {}
+        self.explained: dict[int, tuple] = {}
+        self.pool_models: dict[str, str] = {}
+        self.usage_version = 0
+        self._batch_since: dict[int, float] = {}
+        self.pending_details: dict[int, tuple] = {}
+        count = int(getattr(settings, "PORTAL_WATCHER_WRITERS", 4))
+        self.writers = ThreadPoolExecutor(count, "watch-writer") if count > 1 else None
+        self._quota_cache: tuple[float, list] | None = None
         self.processed = 0
         self.last_positions = 0.0
         self.last_cursor = 0.0
-        self.lag_samples: list[float] = []
+        # Receipt of the first change behind a pending write → seconds until the write (for the
+        # heartbeat and metrics: the watcher's own share of the status lag).
+        self.dirty_since: dict[int, float] = {}
+        self.lag_samples: deque[float] = deque(maxlen=2000)
 
     # ------------------------------------------------------------------ intake
     def put(self, change: Change) -> None:
@@ -131,6 +146,7 @@ class Processor(threading.Thread):
             else:
                 store[_key(obj)] = obj
             self.queues_dirty = True
+            self.usage_version += 1
             return
         store = self.objects[collection]
         key = _key(obj)
@@ -153,6 +169,7 @@ class Processor(threading.Thread):
             if _uid(obj):
                 self.uid_to_job[_uid(obj)] = job_id
             self.dirty.add(job_id)
+            self.dirty_since.setdefault(job_id, change.received)
 
     def _job_of(self, obj: dict[str, Any]) -> int | None:
         job_id = job_id_of(obj)
@@ -225,23 +242,42 @@ class Processor(threading.Thread):
             return message
         return f"{message}\nLast lines of the log of {pod}:\n{tail}"
 
-    def sync_job(self, job_id: int) -> None:
-        job = Job.objects.select_related("project", "pool").filter(pk=job_id).first()
+    def _job(self, job_id: int) -> Job | None:
+        """The job row as last read or written by this processor. Its state may be stale (a
+        cancel, the reconcile): every write is a compare-and-set on it, and a refused write
+        drops it from the cache so the next round re-reads it."""
+        job = self.jobs.get(job_id)
         if job is None:
-            return
+            job = (
+                Job.objects.select_related("project", "project__department", "pool")
+                .filter(pk=job_id)
+                .first()
+            )
+            if job is not None:
+                self.jobs[job_id] = job
+        return job
+
+    def sync_job(self, job_id: int) -> None:
+        done = self.sync_state(job_id)
+        if done is not None:
+            self.sync_details(*done)
+
+    def sync_state(self, job_id: int):
+        """Write the job's state if the cluster moved it; returns what sync_details needs."""
+        job = self._job(job_id)
+        if job is None:
+            return None
         snapshot = self.snapshot(job)
-        self._sync_pods(job, snapshot)
         if job.is_terminal:
-            return
+            return job, snapshot, None
         reading = map_with_pods(snapshot)
         if reading.state is None:
-            return
+            return job, snapshot, None
         if reading.state == JobState.FAILED and failing_pod(snapshot.pods) is None:
             # The pod's last status may still be on its way on the Pod stream: read the pods
             # now so the failure names the exit code.
             snapshot = self._with_fresh_pods(job, snapshot)
             reading = map_with_pods(snapshot)
-            self._sync_pods(job, snapshot)
         if reading.state == job.state:
             job_note_status(job, reason=reading.reason, message=reading.message)
         elif can_transition(job.state, reading.state):
@@ -258,26 +294,60 @@ class Processor(threading.Thread):
                     expected_from=job.state,
                 )
             except InvalidTransition:
-                # Someone else (a cancel, the reconcile) moved it: the next change re-reads it.
-                log.info("job %s changed concurrently; re-reading later", job.pk)
-                return
+                # Someone else (a cancel, the reconcile) moved it: re-read it next round.
+                log.info("job %s changed concurrently; re-reading it", job.pk)
+                self.jobs.pop(job.pk, None)
+                self.dirty.add(job.pk)
+                return None
+            since = self._batch_since.get(job.pk)
+            if since is not None:
+                self.lag_samples.append(time.time() - since)
             if reading.reason == "OOMKilled":
                 # The cluster keeps retrying it (preemption-safe policy); the portal ends it.
                 job_mark_for_cleanup(job)
-        if job.state in (JobState.QUEUED, JobState.ADMITTED) or job.queue_position is not None:
+        return job, snapshot, reading
+
+    def _sync_state_safely(self, job_id: int):
+        try:
+            return self.sync_state(job_id)
+        except DatabaseError:
+            log.warning("job %s: database error; will retry", job_id, exc_info=True)
+            self.dirty.add(job_id)
+            connection.close()
+        except Exception:
+            log.exception("job %s: could not apply the cluster's status", job_id)
+        return None
+
+    def sync_details(self, job: Job, snapshot: ClusterSnapshot, reading) -> None:
+        """Pods and the waiting explanation: after every state in the batch is written."""
+        self._sync_pods(job, snapshot)
+        if reading is None:
+            return
+        if job.state == JobState.QUEUED or job.queue_position is not None or job.explanation:
             self._explain(job, reading.reason, reading.message)
+
+    def _quotas(self) -> list:
+        now = time.monotonic()
+        if self._quota_cache is None or now - self._quota_cache[0] > QUOTA_CACHE_SECONDS:
+            self._quota_cache = (now, queues.project_quotas())
+        return self._quota_cache[1]
 
     def _explain(self, job: Job, reason: str, message: str) -> None:
         if job.state != JobState.QUEUED:
+            self.explained.pop(job.pk, None)
             job_set_queue_info(job=job, position=None, length=None, explanation="")
             return
         position, length = self.positions.get(job.pk, (None, None))
-        standing = queues.standing_for(job, self.objects[CLUSTER_QUEUE])
+        key = (reason, message, position, length, self.usage_version)
+        if self.explained.get(job.pk) == key:
+            return  # nothing it depends on changed
+        self.explained[job.pk] = key
+        standing = queues.standing_for(job, self.objects[CLUSTER_QUEUE], self._quotas())
         request = explain.request_for(
             gpus=job.gpus,
             replicas=job.replicas if job.kind == "gang" else 1,
             mig_profile=job.mig_profile,
-            gpu_model=job.pool.gpu_model if job.pool else queues.pool_model(standing),
+            gpu_model=job.pool.gpu_model if job.pool else self._pool_model(standing),
         )
         sentence = explain.explain_pending(
             reason=reason,
@@ -288,6 +358,12 @@ class Processor(threading.Thread):
             queue_length=length,
         )
         job_set_queue_info(job=job, position=position, length=length, explanation=sentence)
+
+    def _pool_model(self, standing) -> str:
+        key = standing.pool if standing else ""
+        if key not in self.pool_models:
+            self.pool_models[key] = queues.pool_model(standing)
+        return self.pool_models[key]
 
     def _job_namespace(self, job_id: int) -> str | None:
         """The namespace of a portal job (None: no such job)."""
@@ -335,7 +411,8 @@ class Processor(threading.Thread):
         )
 
     def refresh_positions(self) -> None:
-        queued = list(Job.objects.filter(state=JobState.QUEUED).select_related("project", "pool"))
+        ids = Job.objects.filter(state=JobState.QUEUED).values_list("pk", flat=True).order_by()
+        queued = [j for j in (self._job(i) for i in ids) if j is not None]
         if not queued:
             self.positions = {}
             return
@@ -353,6 +430,17 @@ class Processor(threading.Thread):
                 if reading.state == JobState.QUEUED:
                     self._explain(job, reading.reason, reading.message)
 
+    def lag_summary(self) -> dict[str, float]:
+        """p50/p95/p99 seconds from receiving a change to writing the state it implies."""
+        values = sorted(self.lag_samples)
+        if not values:
+            return {}
+
+        def pick(p: float) -> float:
+            return round(values[min(len(values) - 1, int(p / 100 * len(values)))], 4)
+
+        return {"p50": pick(50), "p95": pick(95), "p99": pick(99), "n": len(values)}
+
     def save_cursors(self) -> None:
         for collection, rv in self.cursors.items():
             if self.saved_cursors.get(collection) != rv:
@@ -365,23 +453,48 @@ class Processor(threading.Thread):
         if not self.is_leader():
             return
         dirty, self.dirty = self.dirty, set()
-        for job_id in sorted(dirty):
-            try:
-                self.sync_job(job_id)
-            except DatabaseError:
-                log.warning("job %s: database error; will retry", job_id, exc_info=True)
-                self.dirty.add(job_id)
-                connection.close()
-            except Exception:
-                log.exception("job %s: could not apply the cluster's status", job_id)
-        events, self.events = self.events, {}
-        for uid, event in events.items():
+        dirty_since, self.dirty_since = self.dirty_since, {}
+        self._batch_since = dirty_since
+        # States first (what users and the lag target care about); pods, explanations and
+        # timeline events after, and only while no new change waits (a new change's state goes
+        # before the rest of this backlog).
+        # Jobs are independent and every write is a compare-and-set, so several writers (each
+        # with its own database connection) cut the wait when many jobs move at once.
+        ordered = sorted(dirty)
+        if len(ordered) > 1 and self.writers is not None:
+            results = list(self.writers.map(self._sync_state_safely, ordered))
+        else:
+            results = [self._sync_state_safely(job_id) for job_id in ordered]
+        for job_id, done in zip(ordered, results, strict=True):
+            if done is not None:
+                self.pending_details[job_id] = done
+        while (self.pending_details or self.events) and self.inbox.empty():
+            if self.pending_details:
+                job_id = next(iter(self.pending_details))
+                done = self.pending_details.pop(job_id)
+                try:
+                    self.sync_details(*done)
+                except DatabaseError:
+                    log.warning("job %s: database error; will retry", job_id, exc_info=True)
+                    self.written_pods.pop(job_id, None)
+                    self.explained.pop(job_id, None)
+                    self.dirty.add(job_id)
+                    connection.close()
+                    break
+                except Exception:
+                    log.exception("job %s: could not record its pods", job_id)
+                continue
+            uid = next(iter(self.events))
+            event = self.events.pop(uid)
             try:
                 self.record_event(event)
             except DatabaseError:
                 log.warning("event %s: database error; will retry", uid, exc_info=True)
                 self.events.setdefault(uid, event)
                 connection.close()
+                break
+            except Exception:
+                log.exception("event %s: could not record it", uid)
         now = time.monotonic()
         if self.queues_dirty:
             self.queues_dirty = False
@@ -428,4 +541,6 @@ class Processor(threading.Thread):
                 except Exception:  # keep watching; the next change or relist repairs it
                     log.exception("watch processor error")
         finally:
+            if self.writers is not None:
+                self.writers.shutdown(wait=False, cancel_futures=True)
             connection.close()

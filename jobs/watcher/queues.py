@@ -80,10 +80,17 @@ def _in_use(cqs: dict, slug: str, pool: str, resource: str) -> Decimal | None:
     return Decimal(0)
 
 
-def standing_for(job: Job, cqs: dict[tuple[str, str], dict[str, Any]]) -> Standing | None:
+def project_quotas() -> list[ProjectQuota]:
+    """Every project quota with its pool and project (the watcher caches this briefly)."""
+    return list(ProjectQuota.objects.select_related("pool", "project"))
+
+
+def standing_for(
+    job: Job, cqs: dict[tuple[str, str], dict[str, Any]], all_quotas: list[ProjectQuota]
+) -> Standing | None:
     project: Project = job.project
     resource = _resource_of(job)
-    quotas = ProjectQuota.objects.filter(resource=resource).select_related("pool", "project")
+    quotas = [q for q in all_quotas if q.resource == resource]
     pool_slug = job.pool.slug if job.pool else ""
     own = [q for q in quotas if q.project_id == project.pk]
     if not pool_slug and own:

@@ -96,6 +96,7 @@ class Watcher:
             "identity": self.identity,
             "leader": self.leading,
             "processed": self.processor.processed if self.processor else 0,
+            "write_lag": self.processor.lag_summary() if self.processor else {},
         }
         tmp = self.health_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
