@@ -411,8 +411,11 @@ class Processor(threading.Thread):
         )
 
     def refresh_positions(self) -> None:
-        ids = Job.objects.filter(state=JobState.QUEUED).values_list("pk", flat=True).order_by()
-        queued = [j for j in (self._job(i) for i in ids) if j is not None]
+        ids = set(Job.objects.filter(state=JobState.QUEUED).values_list("pk", flat=True).order_by())
+        for job_id, job in list(self.jobs.items()):
+            if job.state == JobState.QUEUED and job_id not in ids:
+                self.jobs.pop(job_id, None)  # moved by someone else (e.g. cancelled): re-read
+        queued = [j for j in (self._job(i) for i in sorted(ids)) if j is not None]
         if not queued:
             self.positions = {}
             return
@@ -443,6 +446,8 @@ class Processor(threading.Thread):
 
     def save_cursors(self) -> None:
         for collection, rv in self.cursors.items():
+            if collection == EVENT and self.events:
+                continue  # Events resume from this cursor: only once all before it are stored
             if self.saved_cursors.get(collection) != rv:
                 WatchCursor.objects.update_or_create(
                     key=collection, defaults={"resource_version": rv}
