@@ -2,6 +2,7 @@
 
 import yaml
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -14,10 +15,11 @@ from rest_framework.decorators import action
 from rest_framework.renderers import BaseRenderer
 from rest_framework.response import Response
 
+from jobs import logs as job_logs
 from jobs.filters import JobFilter
-from jobs.models import Job, JobEvent, JobKind
-from jobs.render import manifests_yaml
+from jobs.models import Job, JobEvent, JobKind, JobPod
 from jobs.redact import hidden_env, redact_manifests
+from jobs.render import manifests_yaml
 from jobs.selectors import job_manifests
 from jobs.services import InvalidTransition, job_cancel, job_submit
 from jobs.states import JobState
@@ -31,7 +33,37 @@ from tenants.permissions import can_write
 class JobEventSerializer(serializers.ModelSerializer):
     class Meta:
         model = JobEvent
-        fields = ["created_at", "from_state", "to_state", "reason", "message", "source"]
+        fields = [
+            "created_at",
+            "from_state",
+            "to_state",
+            "reason",
+            "message",
+            "source",
+            "occurred_at",
+            "count",
+            "warning",
+        ]
+
+
+class JobPodSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobPod
+        fields = [
+            "name",
+            "rank",
+            "node",
+            "phase",
+            "started_at",
+            "finished_at",
+            "gpu_indices",
+            "gpu_uuids",
+            "exit_code",
+            "reason",
+            "message",
+            "restart_count",
+            "deleted",
+        ]
 
 
 @extend_schema_field(
@@ -99,15 +131,19 @@ class JobSerializer(serializers.ModelSerializer):
             "backend",
             "created_at",
             "state_changed_at",
+            "queue_position",
+            "queue_length",
+            "explanation",
         ]
         read_only_fields = fields
 
 
 class JobDetailSerializer(JobSerializer):
     events = JobEventSerializer(many=True, read_only=True)
+    pods = JobPodSerializer(many=True, read_only=True, source="pod_records")
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "events"]
+        fields = [*JobSerializer.Meta.fields, "events", "pods"]
         read_only_fields = fields
 
 
@@ -167,6 +203,17 @@ class YamlRenderer(BaseRenderer):
         return yaml.safe_dump(data, sort_keys=False).encode()
 
 
+class PlainTextRenderer(BaseRenderer):
+    media_type = "text/plain"
+    format = "txt"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        if isinstance(data, dict):
+            return (str(data.get("detail") or data) + "\n").encode()
+        return str(data).encode()
+
+
 class JobViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -182,7 +229,7 @@ class JobViewSet(
             "-created_at", "-id"
         )
         if self.action == "retrieve":
-            queryset = queryset.prefetch_related("events")
+            queryset = queryset.prefetch_related("events", "pod_records")
         return queryset
 
     def handle_exception(self, exc):
@@ -295,6 +342,46 @@ class JobViewSet(
             raise exceptions.PermissionDenied(str(exc)) from exc
         job = self.shape_queryset(Job.objects.filter(pk=job.pk)).prefetch_related("events").get()
         return Response(JobDetailSerializer(job, context=self.get_serializer_context()).data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("pod", OpenApiTypes.STR, description="Pod name (default: rank 0)."),
+            OpenApiParameter("rank", OpenApiTypes.INT, description="Gang rank instead of pod."),
+            OpenApiParameter("tail", OpenApiTypes.INT, description="Only the last N lines."),
+            OpenApiParameter("since", OpenApiTypes.STR, description="e.g. 90s, 10m, 2h."),
+            OpenApiParameter("previous", OpenApiTypes.BOOL, description="Restarted container."),
+            OpenApiParameter("follow", OpenApiTypes.BOOL, description="Stream until it ends."),
+        ],
+        responses={(200, "text/plain"): OpenApiTypes.STR},
+    )
+    @action(detail=True, methods=["get"], renderer_classes=[PlainTextRenderer, PortalJSONRenderer])
+    def logs(self, request, pk=None):
+        """The job's container log as text; ?follow=true streams until the pod ends."""
+        job = self.get_object()
+        query, errors = job_logs.parse_log_query(request.query_params)
+        if errors:
+            first = next(iter(errors.values()))[0]
+            return Response({"detail": first, "errors": errors}, status=400)
+        try:
+            record = job_logs.choose_pod(job, pod=query.pod, rank=query.rank)
+            chunks = job_logs.stream(
+                job,
+                record,
+                tail=query.tail,
+                since_seconds=query.since_seconds,
+                previous=query.previous,
+                follow=query.follow,
+            )
+        except job_logs.LogsUnavailable as exc:
+            # The plain sentence as text, or the usual error shape for a JSON client.
+            return Response({"detail": str(exc), "errors": {}}, status=exc.status)
+        response = StreamingHttpResponse(job_logs.safe_chunks(chunks), content_type=TEXT)
+        response["X-Pod"] = record.name
+        response["Cache-Control"] = "no-cache"
+        return response
+
+
+TEXT = "text/plain; charset=utf-8"
 
 
 router.register("jobs", JobViewSet, basename="jobs")

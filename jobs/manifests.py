@@ -215,8 +215,10 @@ def _metadata(spec: JobManifestInput, **extra_labels: str) -> dict[str, Any]:
 # pods, and a deleted pod counts against backoffLimit. With backoffLimit 0 the first preemption
 # would fail the job instead of requeueing it, so pods ended by a disruption or by the kill of a
 # suspension (SIGTERM 143, or SIGKILL 137 after the grace period: a PID 1 without a handler ignores
-# SIGTERM) are not counted. The cost: an out-of-memory kill is also 137, so such a pod is retried
-# until the job's maximum runtime (see README, "Known limits").
+# SIGTERM) are not counted. An out-of-memory kill is also 137 and a suspension gives the pod no
+# DisruptionTarget condition, so no rule here can tell the two apart (a FailJob rule on 137 would
+# fail preempted jobs); the cluster watcher fails an OOMKilled job at once from the kubelet's
+# container reason instead (jobs.status.oom_killed; README, "Known limits").
 POD_FAILURE_POLICY: dict[str, Any] = {
     "rules": [
         {

@@ -63,6 +63,11 @@ class Job(models.Model):
     last_reconciled_at = models.DateTimeField(null=True, blank=True)
     # The last log lines of the job's pods, kept when its finished cluster objects are removed.
     logs_tail = models.TextField(blank=True)
+    # While waiting: place in the queue (Kueue visibility API) and a sentence for the researcher
+    # (jobs.explain), kept current by the cluster watcher.
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    queue_length = models.PositiveIntegerField(null=True, blank=True)
+    explanation = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -101,20 +106,102 @@ class Job(models.Model):
 
 
 class JobEvent(models.Model):
-    """One state change of a job (jobs.services.job_transition), or a note about it with from and
-    to equal (cluster objects removed, an apply blocked): written by jobs.services only."""
+    """One line of a job's timeline: a state change (written by jobs.services.job_transition
+    only), a note about the job with from and to equal (cluster objects removed, an apply
+    blocked), or a Kubernetes Event about the job's objects (jobs.services.job_record_cluster_event;
+    `to_state` empty, repeats folded into `count` under one `dedupe_key`)."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
     created_at = models.DateTimeField(auto_now_add=True)
     # Empty for the event that records the submission itself.
     from_state = models.CharField(max_length=16, choices=JobState.choices, blank=True)
-    to_state = models.CharField(max_length=16, choices=JobState.choices)
+    # Empty for a cluster event (it reports what happened, not a portal state change).
+    to_state = models.CharField(max_length=16, choices=JobState.choices, blank=True)
     reason = models.CharField(max_length=64)
     message = models.TextField(blank=True)
     source = models.CharField(max_length=32, help_text="api, ui, reconciler, admin ...")
+    # Cluster events: when the cluster last saw it, how often, and the key that folds repeats
+    # (the Kubernetes Event's uid). Null for state changes (NULLs never collide).
+    occurred_at = models.DateTimeField(null=True, blank=True)
+    count = models.PositiveIntegerField(default=1)
+    warning = models.BooleanField(default=False)
+    dedupe_key = models.CharField(max_length=128, null=True, blank=True, unique=True)
 
     class Meta:
         ordering = ["created_at", "id"]
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.from_state} → {self.to_state} ({self.reason})"
+
+
+class JobPod(models.Model):
+    """Where a job ran: one row per pod the cluster created for it (by pod uid)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="pod_records")
+    uid = models.CharField(max_length=64, unique=True)
+    name = models.CharField(max_length=253)
+    rank = models.PositiveSmallIntegerField(null=True, blank=True)
+    node = models.CharField(max_length=253, blank=True)
+    phase = models.CharField(max_length=16, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    gpu_uuids = models.JSONField(default=list, blank=True)
+    gpu_indices = models.JSONField(default=list, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    reason = models.CharField(max_length=64, blank=True)
+    message = models.TextField(blank=True)
+    restart_count = models.PositiveIntegerField(default=0)
+    deleted = models.BooleanField(default=False, help_text="The pod object no longer exists.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["rank", "name", "id"]
+        indexes = [models.Index(fields=["job", "name"])]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.name} on {self.node or '?'}"
+
+
+class WatchCursor(models.Model):
+    """The last resourceVersion the cluster watcher processed per watched collection, so a
+    restarted (or newly elected) watcher resumes where the last one stopped."""
+
+    key = models.CharField(max_length=128, unique=True)
+    resource_version = models.CharField(max_length=64)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.key}@{self.resource_version}"
+
+
+class QueueUsage(models.Model):
+    """Quota use of one portal owner (project or department) in one pool and resource, as the
+    ClusterQueue / Volcano Queue status reports it; kept current by the cluster watcher."""
+
+    queue_kind = models.CharField(max_length=16)  # clusterqueue | volcano
+    queue_name = models.CharField(max_length=253)
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, null=True, blank=True, related_name="usage"
+    )
+    pool = models.CharField(max_length=64, blank=True, help_text="GpuPool slug (flavor).")
+    resource = models.CharField(max_length=64, help_text="gpu or a MIG profile, e.g. 1g.10gb")
+    in_use = models.DecimalField(max_digits=12, decimal_places=3, default=0)
+    reserved = models.DecimalField(max_digits=12, decimal_places=3, default=0)
+    guaranteed = models.DecimalField(max_digits=12, decimal_places=3, default=0)
+    maximum = models.DecimalField(max_digits=12, decimal_places=3, null=True, blank=True)
+    borrowed = models.DecimalField(max_digits=12, decimal_places=3, default=0)
+    lent = models.DecimalField(max_digits=12, decimal_places=3, default=0)
+    pending_workloads = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["queue_name", "pool", "resource"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue_kind", "queue_name", "pool", "resource"],
+                name="unique_queue_usage_row",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue_name} {self.pool}/{self.resource}: {self.in_use}"

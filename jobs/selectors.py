@@ -153,3 +153,45 @@ def job_manifests(job: Job, *, job_id: int | None = None) -> list[dict[str, Any]
 def jobs_to_resync() -> QuerySet[Job]:
     """Every job the periodic resync looks at: active ones and cancelled ones not yet cleaned."""
     return Job.objects.filter(Q(state__in=ACTIVE) | Q(cleanup_pending=True)).order_by("id")
+
+
+# --- quota use as the cluster reports it (rows kept by the cluster watcher) ------------------
+
+
+def usage_rows_for_projects(*, projects: list[Project]) -> dict[int, list[Any]]:
+    """{project id: [QueueUsage, ...]} ordered by pool and resource."""
+    from jobs.models import QueueUsage
+
+    out: dict[int, list[Any]] = {p.pk: [] for p in projects}
+    rows = QueueUsage.objects.filter(project__in=[p.pk for p in projects]).order_by(
+        "pool", "resource", "queue_kind"
+    )
+    for row in rows:
+        out.setdefault(row.project_id, []).append(row)
+    return out
+
+
+def gpus_in_use_per_pool() -> dict[str, int]:
+    """Whole GPUs in use per pool slug: Kueue usage by flavor; Volcano usage (which has no
+    pool) counts only when there is exactly one pool to put it in."""
+    from django.db.models import Sum
+
+    from jobs.models import QueueUsage
+
+    totals = list(
+        QueueUsage.objects.filter(resource="gpu")
+        .values("queue_kind", "pool")
+        .annotate(n=Sum("in_use"))
+        .order_by()
+    )
+    used: dict[str, int] = {}
+    pools: list[str] | None = None
+    for row in totals:
+        pool = row["pool"]
+        if not pool:  # a Volcano queue: only attributable when there is one pool
+            if pools is None:
+                pools = list(GpuPool.objects.values_list("slug", flat=True)[:2])
+            pool = pools[0] if len(pools) == 1 else ""
+        if pool:
+            used[pool] = used.get(pool, 0) + int(row["n"] or 0)
+    return used

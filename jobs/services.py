@@ -58,7 +58,7 @@ def job_transition(
     before a reconcile moved it on) changes nothing and writes no event. Raises InvalidTransition
     when the table forbids expected_from → to, and StaleTransition (a subclass) when the stored
     state is no longer `expected_from`. The JobEvent is written in the same transaction. Updates
-    `job` in place and returns it.
+    `job` in place and returns it. The change is published (portal:jobs:<project>) after commit.
     """
     expected, to = str(expected_from), str(to)
     if not can_transition(expected, to):
@@ -85,6 +85,7 @@ def job_transition(
             message=message,
             source=source,
         )
+        publish_job_change(job.pk, to)
     job.state, job.state_reason, job.state_message, job.state_changed_at = (
         to,
         reason[:64],
@@ -92,6 +93,27 @@ def job_transition(
         now,
     )
     return job
+
+
+def publish_job_change(job_id: int, state: str, *, project_slug: str | None = None) -> None:
+    """After commit, tell live pages (Redis pub/sub channel portal:jobs:<project slug>) that a
+    job changed: {"job": id, "state": state}; state "" means "look it up" (its timeline
+    changed). Best effort: no Redis configured, or Redis down, costs only liveness (pages also
+    poll)."""
+    transaction.on_commit(lambda: _publish(job_id, state, project_slug))
+
+
+def _publish(job_id: int, state: str, project_slug: str | None) -> None:
+    from portal import pubsub
+
+    if not pubsub.enabled():
+        return
+    if project_slug is None or not state:
+        row = Job.objects.filter(pk=job_id).values_list("project__slug", "state").first()
+        if row is None:
+            return
+        project_slug, state = project_slug or row[0], state or row[1]
+    pubsub.publish(f"portal:jobs:{project_slug}", {"job": job_id, "state": state})
 
 
 def job_note_status(job: Job, *, reason: str, message: str) -> None:
@@ -328,3 +350,102 @@ def job_cancel(*, actor: Any, job: Job, source: str = "api") -> Job:
             continue  # a reconcile moved it between our read and write; read again
         return job
     raise InvalidTransition(job.pk, job.state, JobState.CANCELLED)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writes of the cluster watcher (jobs/watcher): timeline events, pod records, queue details.
+
+
+def job_record_cluster_event(
+    *,
+    job_id: int,
+    key: str,
+    reason: str,
+    message: str,
+    occurred_at: Any,
+    count: int,
+    warning: bool,
+    source: str = "cluster",
+) -> bool:
+    """Add a Kubernetes Event to a job's timeline, or fold a repeat of it into its count.
+
+    `key` is the Event's uid: the same Event seen again (a relist, a replayed watch, a second
+    watcher) only raises the count and the time, so nothing is ever written twice. Returns True
+    when a new line was added."""
+    with transaction.atomic():
+        existing = (
+            JobEvent.objects.select_for_update().filter(dedupe_key=key[:128]).only("id").first()
+        )
+        if existing is not None:
+            JobEvent.objects.filter(pk=existing.pk, count__lt=count).update(
+                count=count, occurred_at=occurred_at, message=message
+            )
+            return False
+        try:
+            with transaction.atomic():
+                JobEvent.objects.create(
+                    job_id=job_id,
+                    from_state="",
+                    to_state="",
+                    reason=reason[:64],
+                    message=message,
+                    source=source,
+                    occurred_at=occurred_at,
+                    count=max(1, count),
+                    warning=warning,
+                    dedupe_key=key[:128],
+                )
+        except IntegrityError:
+            return False  # another writer added it a moment ago
+    publish_job_change(job_id, "")
+    return True
+
+
+def job_record_pods(*, job_id: int, records: list[Any], present_uids: set[str]) -> None:
+    """Upsert the job's JobPod rows from jobs.status.PodRecord values; pods of the job that the
+    cluster no longer has are marked deleted (kept: they say where the job ran)."""
+    from jobs.models import JobPod
+
+    for record in records:
+        JobPod.objects.update_or_create(
+            uid=record.uid,
+            defaults={
+                "job_id": job_id,
+                "name": record.name,
+                "rank": record.rank,
+                "node": record.node,
+                "phase": record.phase,
+                "started_at": record.started_at,
+                "finished_at": record.finished_at,
+                "gpu_uuids": record.gpu_uuids,
+                "gpu_indices": record.gpu_indices,
+                "exit_code": record.exit_code,
+                "reason": record.reason[:64],
+                "message": record.message,
+                "restart_count": record.restart_count,
+                "deleted": False,
+            },
+        )
+    JobPod.objects.filter(job_id=job_id, deleted=False).exclude(uid__in=present_uids).update(
+        deleted=True
+    )
+
+
+def job_set_queue_info(
+    *, job: Job, position: int | None, length: int | None, explanation: str
+) -> None:
+    """Store where a waiting job stands in its queue and the sentence that explains why."""
+    if (job.queue_position, job.queue_length, job.explanation) == (position, length, explanation):
+        return
+    Job.objects.filter(pk=job.pk).update(
+        queue_position=position, queue_length=length, explanation=explanation
+    )
+    job.queue_position, job.queue_length, job.explanation = position, length, explanation
+    publish_job_change(job.pk, job.state, project_slug=job.project.slug)
+
+
+def job_mark_for_cleanup(job: Job) -> None:
+    """A job the portal ended (e.g. out of memory) whose cluster objects must go."""
+    Job.objects.filter(pk=job.pk).update(cleanup_pending=True)
+    job.cleanup_pending = True
+    enqueue_reconcile(job.pk)

@@ -182,3 +182,178 @@ def map_cluster_status(snapshot: ClusterSnapshot) -> StatusReading:
     if snapshot.backend == "volcano":
         return map_volcano(snapshot)
     return map_kueue(snapshot)
+
+
+# ---------------------------------------------------------------------------------------------
+# Out of memory: the kubelet's verdict, read from the pods.
+#
+# The Job's podFailurePolicy cannot tell an out-of-memory kill from the SIGKILL that ends a
+# preempted (suspended) pod after its grace period: both exit 137, and a suspension gives the
+# pod no DisruptionTarget condition. So the policy keeps ignoring 137 (preemption requeues) and
+# the portal fails the job at once when the kubelet says the container was OOMKilled on a pod
+# that is not being deleted.
+
+
+def _memory_limit(pod: dict[str, Any], container: str) -> str:
+    for spec in (pod.get("spec") or {}).get("containers") or []:
+        if spec.get("name") == container:
+            return str(((spec.get("resources") or {}).get("limits") or {}).get("memory") or "")
+    return ""
+
+
+def oom_killed(pods: list[dict[str, Any]]) -> StatusReading | None:
+    """A Failed reading when a container of a live (not deleting) pod was OOMKilled."""
+    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name", "")):
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp") or _true(_conditions(pod), "DisruptionTarget"):
+            continue
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            term = (status.get("state") or {}).get("terminated") or (
+                status.get("lastState") or {}
+            ).get("terminated")
+            if term and term.get("reason") == "OOMKilled":
+                limit = _memory_limit(pod, status.get("name", ""))
+                text = "the container ran out of memory" + (f" (limit {limit})" if limit else "")
+                return StatusReading(
+                    S.FAILED,
+                    "OOMKilled",
+                    _join(text, f"pod {meta.get('name', '?')} exited with code 137 (OOMKilled)"),
+                )
+    return None
+
+
+def map_with_pods(snapshot: ClusterSnapshot) -> StatusReading:
+    """map_cluster_status, plus the kubelet's OOM verdict when the pods are known."""
+    reading = map_cluster_status(snapshot)
+    if reading.state in (S.SUCCEEDED, S.FAILED) or reading.missing:
+        return reading
+    return oom_killed(snapshot.pods) or reading
+
+
+# ---------------------------------------------------------------------------------------------
+# Building snapshots from watched objects, and where the pods ran.
+
+JOB_ID_LABEL = "gpu-portal.io/job-id"
+KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+VOLCANO_TASK_INDEX = "volcano.sh/task-index"
+VOLCANO_TASK_SPEC = "volcano.sh/task-spec"
+GPU_UUIDS_ANNOTATIONS = ("kubesim.dev/gpu-uuids", "nvidia.com/gpu-uuids")
+GPU_INDICES_ANNOTATIONS = ("kubesim.dev/gpu-indices", "nvidia.com/gpu-indices")
+
+
+def job_id_of(obj: dict[str, Any]) -> int | None:
+    """The portal job id a cluster object belongs to, from the portal's label."""
+    value = ((obj.get("metadata") or {}).get("labels") or {}).get(JOB_ID_LABEL)
+    return int(value) if value and str(value).isdigit() else None
+
+
+def owner_uids(obj: dict[str, Any]) -> list[str]:
+    meta = obj.get("metadata") or {}
+    uids = [o.get("uid", "") for o in meta.get("ownerReferences") or []]
+    label = (meta.get("labels") or {}).get(KUEUE_JOB_UID_LABEL)
+    return [u for u in ([label] if label else []) + uids if u]
+
+
+def pod_rank(pod: dict[str, Any]) -> int | None:
+    """Rank of a gang pod: the Indexed Job's completion index, or Volcano's master 0 and
+    worker i+1; None when the pod says neither."""
+    meta = pod.get("metadata") or {}
+    annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
+    index = annotations.get(COMPLETION_INDEX) or labels.get(COMPLETION_INDEX)
+    if index is not None and str(index).isdigit():
+        return int(index)
+    task = annotations.get(VOLCANO_TASK_SPEC) or labels.get(VOLCANO_TASK_SPEC)
+    task_index = annotations.get(VOLCANO_TASK_INDEX) or labels.get(VOLCANO_TASK_INDEX)
+    if task and task_index is not None and str(task_index).isdigit():
+        return int(task_index) + (0 if task == "master" else 1)
+    return None
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    """What the portal keeps about one pod (jobs.models.JobPod)."""
+
+    uid: str
+    name: str
+    rank: int | None
+    node: str
+    phase: str
+    started_at: str | None
+    finished_at: str | None
+    gpu_uuids: list[str]
+    gpu_indices: list[int]
+    exit_code: int | None
+    reason: str
+    message: str
+    restart_count: int
+    container: str
+
+
+def pod_record(pod: dict[str, Any]) -> PodRecord:
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    annotations = meta.get("annotations") or {}
+    uuids: list[str] = []
+    for key in GPU_UUIDS_ANNOTATIONS:
+        if annotations.get(key):
+            uuids = [u for u in str(annotations[key]).split(",") if u]
+            break
+    indices: list[int] = []
+    for key in GPU_INDICES_ANNOTATIONS:
+        if annotations.get(key):
+            indices = [int(i) for i in str(annotations[key]).split(",") if i.strip().isdigit()]
+            break
+    exit_code, reason, message, container, finished, restarts = None, "", "", "", None, 0
+    started = status.get("startTime")
+    statuses = status.get("containerStatuses") or []
+    for cs in statuses:
+        restarts += int(cs.get("restartCount") or 0)
+        running = (cs.get("state") or {}).get("running")
+        if running and running.get("startedAt"):
+            started = started or running["startedAt"]
+    # The container that failed (else the first) tells the story.
+    chosen = None
+    for cs in statuses:
+        term = (cs.get("state") or {}).get("terminated")
+        if term and (chosen is None or int(term.get("exitCode") or 0) != 0):
+            chosen = (cs, term)
+            if int(term.get("exitCode") or 0) != 0:
+                break
+    if chosen is not None:
+        cs, term = chosen
+        exit_code = int(term.get("exitCode") or 0)
+        reason = term.get("reason") or ""
+        message = term.get("message") or ""
+        container = cs.get("name") or ""
+        finished = term.get("finishedAt")
+    elif statuses:
+        waiting = (statuses[0].get("state") or {}).get("waiting") or {}
+        reason, message = waiting.get("reason") or "", waiting.get("message") or ""
+        container = statuses[0].get("name") or ""
+    if not reason and status.get("reason"):
+        reason, message = status.get("reason") or "", status.get("message") or ""
+    return PodRecord(
+        uid=meta.get("uid", ""),
+        name=meta.get("name", ""),
+        rank=pod_rank(pod),
+        node=spec.get("nodeName") or "",
+        phase=status.get("phase") or "",
+        started_at=started,
+        finished_at=finished,
+        gpu_uuids=uuids,
+        gpu_indices=indices,
+        exit_code=exit_code,
+        reason=reason,
+        message=message,
+        restart_count=restarts,
+        container=container,
+    )
+
+
+def failing_pod(pods: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """(pod name, container name) of the first container that ended with a non-zero code."""
+    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("name", "")):
+        record = pod_record(pod)
+        if record.exit_code not in (None, 0) and record.container:
+            return record.name, record.container
+    return None

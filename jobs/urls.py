@@ -1,10 +1,11 @@
 from django.urls import path
 
-from jobs import views
+from jobs import log_views, views
 
 urlpatterns = [
     path("", views.JobListView.as_view(), name="job-list"),
     path("new/", views.JobSubmitView.as_view(), name="job-submit"),
     path("<int:pk>/", views.JobDetailView.as_view(), name="job-detail"),
     path("<int:pk>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),
+    path("<int:pk>/log-tail/", log_views.JobLogTailView.as_view(), name="job-log-tail"),
 ]

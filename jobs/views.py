@@ -10,8 +10,8 @@ from django.views import View
 
 from jobs.filters import JobFilter
 from jobs.forms import JobSubmitForm
-from jobs.render import manifests_yaml
 from jobs.redact import redact_manifests
+from jobs.render import manifests_yaml
 from jobs.selectors import job_events, job_list_visible_to, job_manifests
 from jobs.services import InvalidTransition, job_cancel, job_submit
 from tenants.permissions import can_write
@@ -38,6 +38,7 @@ class JobDetailView(LoginRequiredMixin, View):
         context = {
             "job": job,
             "events": job_events(job=job),
+            "pods": job.pod_records.all(),
             "can_write": can_write(request.user, job.project),
         }
         if request.htmx:

@@ -254,6 +254,21 @@ PORTAL_KUBE_IN_CLUSTER = env.bool("PORTAL_KUBE_IN_CLUSTER", default=False)
 # Client-side pacing of Kubernetes API calls, per worker process (token bucket; 0 = off).
 PORTAL_KUBE_QPS = env.float("PORTAL_KUBE_QPS", default=20.0)
 PORTAL_KUBE_BURST = env.int("PORTAL_KUBE_BURST", default=40)
+# Live status (jobs/watcher): Redis for pub/sub of job changes (channel portal:jobs:<project>);
+# empty = the CELERY_BROKER_URL when it is Redis, else no publishing (pages poll).
+PORTAL_PUBSUB_URL = env.str(
+    "PORTAL_PUBSUB_URL",
+    default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "",
+)
+# The watcher's leader-election Lease (coordination.k8s.io/v1) and its timings (seconds).
+PORTAL_WATCHER_LEASE_NAMESPACE = env.str("PORTAL_WATCHER_LEASE_NAMESPACE", default="kube-system")
+PORTAL_WATCHER_LEASE_NAME = env.str("PORTAL_WATCHER_LEASE_NAME", default="gpu-portal-watcher")
+PORTAL_WATCHER_LEASE_SECONDS = env.float("PORTAL_WATCHER_LEASE_SECONDS", default=10.0)
+PORTAL_WATCHER_RENEW_SECONDS = env.float("PORTAL_WATCHER_RENEW_SECONDS", default=2.0)
+# The watcher's own API pacing (it lists and reads more than a worker; 0 = off).
+PORTAL_WATCHER_KUBE_QPS = env.float("PORTAL_WATCHER_KUBE_QPS", default=100.0)
+# Database writers for state changes (each its own connection); 1 = write in the loop thread.
+PORTAL_WATCHER_WRITERS = env.int("PORTAL_WATCHER_WRITERS", default=4)
 # runtimeClassName for GPU pods (e.g. "nvidia" where the NVIDIA runtime is not the default).
 PORTAL_RUNTIME_CLASS = env.str("PORTAL_RUNTIME_CLASS", default="")
 

@@ -18,6 +18,11 @@ class GpuPoolSerializer(serializers.ModelSerializer):
     node_labels = serializers.DictField(
         child=serializers.CharField(), read_only=True, help_text="Labels selecting the nodes."
     )
+    capacity_gpus = serializers.SerializerMethodField(help_text="Whole GPUs in the pool.")
+    gpus_in_use = serializers.SerializerMethodField(
+        help_text="Whole GPUs admitted to jobs now (from the queues' status)."
+    )
+    free_gpus = serializers.SerializerMethodField(help_text="capacity_gpus − gpus_in_use.")
 
     class Meta:
         model = GpuPool
@@ -31,8 +36,28 @@ class GpuPoolSerializer(serializers.ModelSerializer):
             "total_gpus",
             "mig_profiles",
             "node_labels",
+            "capacity_gpus",
+            "gpus_in_use",
+            "free_gpus",
         ]
         read_only_fields = fields
+
+    def _in_use(self, pool: GpuPool) -> int:
+        cache = self.context.setdefault("_gpus_in_use", None)
+        if cache is None:
+            from jobs.selectors import gpus_in_use_per_pool
+
+            cache = self.context["_gpus_in_use"] = gpus_in_use_per_pool()
+        return cache.get(pool.slug, 0)
+
+    def get_capacity_gpus(self, pool: GpuPool) -> int:
+        return pool.total_gpus
+
+    def get_gpus_in_use(self, pool: GpuPool) -> int:
+        return self._in_use(pool)
+
+    def get_free_gpus(self, pool: GpuPool) -> int:
+        return max(0, pool.total_gpus - self._in_use(pool))
 
 
 class GpuPoolViewSet(ClusterReadOnlyViewSet):

@@ -9,6 +9,7 @@ from rest_framework import mixins, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from jobs.selectors import usage_rows_for_projects
 from portal.api import TenantScopedViewSet, router
 from quotas.selectors import quota_rows_for_projects
 from tenants.filters import MembershipFilter, ProjectFilter
@@ -33,6 +34,21 @@ class QuotaRowSerializer(serializers.Serializer):
     )
 
 
+class UsageRowSerializer(serializers.Serializer):
+    pool = serializers.CharField(help_text="GPU pool slug (empty for a Volcano gang queue).")
+    resource = serializers.CharField(help_text="'gpu' or a MIG profile name.")
+    queue = serializers.CharField(source="queue_name")
+    in_use = serializers.DecimalField(max_digits=12, decimal_places=3, coerce_to_string=False)
+    reserved = serializers.DecimalField(max_digits=12, decimal_places=3, coerce_to_string=False)
+    guaranteed = serializers.DecimalField(max_digits=12, decimal_places=3, coerce_to_string=False)
+    maximum = serializers.DecimalField(
+        max_digits=12, decimal_places=3, coerce_to_string=False, allow_null=True
+    )
+    borrowed = serializers.DecimalField(max_digits=12, decimal_places=3, coerce_to_string=False)
+    lent = serializers.DecimalField(max_digits=12, decimal_places=3, coerce_to_string=False)
+    updated_at = serializers.DateTimeField()
+
+
 class DepartmentRefSerializer(serializers.Serializer):
     slug = serializers.CharField()
     name = serializers.CharField()
@@ -48,6 +64,9 @@ class ProjectSerializer(serializers.ModelSerializer):
         help_text="Your role in the project; null for staff who are not members.",
     )
     quotas = serializers.SerializerMethodField(help_text="Quota per GPU pool and resource.")
+    usage = serializers.SerializerMethodField(
+        help_text="Use against quota now, from the cluster's queue status (kept by the watcher)."
+    )
 
     class Meta:
         model = Project
@@ -61,6 +80,7 @@ class ProjectSerializer(serializers.ModelSerializer):
             "default_gang_backend",
             "my_role",
             "quotas",
+            "usage",
             "created_at",
         ]
         read_only_fields = fields
@@ -69,6 +89,11 @@ class ProjectSerializer(serializers.ModelSerializer):
     def get_quotas(self, project: Project) -> list[dict]:
         rows = self.context.get("quota_rows", {}).get(project.pk, [])
         return QuotaRowSerializer(rows, many=True).data
+
+    @extend_schema_field(UsageRowSerializer(many=True))
+    def get_usage(self, project: Project) -> list[dict]:
+        rows = self.context.get("usage_rows", {}).get(project.pk, [])
+        return UsageRowSerializer(rows, many=True).data
 
 
 class ProjectViewSet(TenantScopedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
@@ -86,7 +111,11 @@ class ProjectViewSet(TenantScopedViewSet, mixins.ListModelMixin, mixins.Retrieve
 
     def _serialize(self, projects: list[Project], *, many: bool):
         rows = quota_rows_for_projects(projects=projects)
-        context = {**self.get_serializer_context(), "quota_rows": rows}
+        context = {
+            **self.get_serializer_context(),
+            "quota_rows": rows,
+            "usage_rows": usage_rows_for_projects(projects=projects),
+        }
         return ProjectSerializer(projects if many else projects[0], many=many, context=context)
 
     def list(self, request: Request, *args, **kwargs) -> Response:

@@ -15,6 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 from django.views.generic import TemplateView
 
+from jobs.selectors import usage_rows_for_projects
 from quotas.selectors import quota_rows_for_projects
 from tenants.forms import MemberAddForm, MemberRoleForm, TokenCreateForm
 from tenants.models import Membership, Project
@@ -40,7 +41,10 @@ class HomeView(LoginRequiredMixin, TemplateView):
         context = super().get_context_data(**kwargs)
         projects = list(project_list_visible_to(user=self.request.user))
         rows = quota_rows_for_projects(projects=projects)
-        context["projects"] = [(project, rows.get(project.pk, [])) for project in projects]
+        usage = usage_rows_for_projects(projects=projects)
+        context["projects"] = [
+            (project, rows.get(project.pk, []), usage.get(project.pk, [])) for project in projects
+        ]
         return context
 
 
@@ -79,6 +83,7 @@ def _render_project(
     if request.htmx:
         return render(request, "tenants/partials/members.html", context, status=status)
     context["quota_rows"] = quota_rows_for_projects(projects=[project])[project.pk]
+    context["usage_rows"] = usage_rows_for_projects(projects=[project])[project.pk]
     return render(request, "tenants/project.html", context, status=status)
 
 

@@ -123,7 +123,7 @@ def cron_job(operation: str, obj: dict, old: dict | None) -> None:
 
 def node_ports(store):
     """NodePort allocation (the cluster IP comes from endpoints.service_defaults)."""
-    rng = random.Random(0)
+    rng = random.Random(0)  # noqa: S311 - reproducible simulated node ports, not a secret
 
     def hook(operation: str, svc: dict, old: dict | None) -> None:
         if operation != "CREATE":

@@ -36,6 +36,8 @@ from kubesim.controllers.scheduler import quantity_units
 FIELD_MANAGER = "kubelet"
 GPU_UUIDS_ANNOTATION = "kubesim.dev/gpu-uuids"
 DEVICES_ANNOTATION = "kubesim.dev/devices"
+# The GPU indices on the node (nvidia-smi numbering) of the devices above, comma-separated.
+GPU_INDICES_ANNOTATION = "kubesim.dev/gpu-indices"
 LEASE_NAMESPACE = "kube-node-lease"
 # XIDs the device plugin treats as application errors (the GPU stays healthy).
 APPLICATION_XIDS = {13, 31, 43, 45, 68, 109}
@@ -548,10 +550,13 @@ class PodRunner:
     def _annotate_devices(self) -> None:
         if not self.devices:
             return
+        by_uuid = self.kubelet.cluster.devices(self.node)
+        indices = sorted({by_uuid[u].gpu_index for u in self.gpu_uuids if u in by_uuid})
         patch = {
             "metadata": {
                 "annotations": {
                     GPU_UUIDS_ANNOTATION: ",".join(self.gpu_uuids),
+                    GPU_INDICES_ANNOTATION: ",".join(str(i) for i in indices),
                     DEVICES_ANNOTATION: json.dumps(self.devices, separators=(",", ":")),
                 }
             }
@@ -679,6 +684,16 @@ class PodRunner:
             attempt.finished = self.clock.time()
             attempt.exit_code = timeline.exit_code
             attempt.reason = "Completed" if timeline.exit_code == 0 else "Error"
+            if timeline.oom_killed:
+                attempt.reason = "OOMKilled"
+                # What the kernel's OOM report turns into (node-problem-detector's event).
+                self.record(
+                    "OOMKilling",
+                    f"Memory cgroup out of memory: Killed process of container {run.name} "
+                    f"in pod {self.namespace}/{self.name}",
+                    type="Warning",
+                    field_path=field_path,
+                )
             succeeded = timeline.exit_code == 0
             restart = restart_policy == "Always" or (
                 restart_policy == "OnFailure" and not succeeded

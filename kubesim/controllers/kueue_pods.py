@@ -89,7 +89,7 @@ def role_hash(pod: dict) -> str:
 
 def workload_name_for_pod(pod: dict) -> str:
     meta = pod["metadata"]
-    digest = hashlib.sha1(f"{meta['name']}/{meta.get('uid', '')}".encode()).hexdigest()[:5]
+    digest = hashlib.sha1(f"{meta['name']}/{meta.get('uid', '')}".encode()).hexdigest()[:5]  # noqa: S324 - a name suffix, as Kueue derives it, not a secret
     return f"pod-{meta['name'][:240]}-{digest}"
 
 

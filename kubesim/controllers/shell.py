@@ -3,6 +3,9 @@
 A container whose command is a shell script (`sh -c`, `bash -c`, or an exec-form `sleep`/`echo`/
 `true`/`false`/`exit`) made only of `sleep N`, `echo ...`, `exit N`, `true`, `false` (also `:`,
 `set ...` and comments), joined by newlines, `;`, `&&` and `||`, runs as written in simulated time.
+`alloc SIZE` (a Kubernetes quantity such as 80Gi or 512M) makes the script hold that much more
+memory from then on; when what it holds exceeds the container's memory limit, the kernel's OOM
+killer ends the container at that moment: exit code 137, reason OOMKilled (`apply_memory_limit`).
 Anything else is an opaque program: it runs for the default duration, prints training progress
 lines, and exits 0.
 
@@ -18,6 +21,8 @@ import re
 import shlex
 import zlib
 from dataclasses import dataclass, field
+
+from kubesim.api.quantity import QuantityError, parse_quantity
 
 SHELLS = {"sh", "bash", "ash", "dash", "zsh"}
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -38,6 +43,9 @@ class Timeline:
     duration: float = 0.0
     exit_code: int = 0
     scripted: bool = True
+    # (offset, bytes held from then on, output lines before it) per `alloc` statement.
+    memory: list[tuple[float, int, int]] = field(default_factory=list)
+    oom_killed: bool = False
 
 
 def _split_statements(script: str) -> list[tuple[str, str]] | None:
@@ -152,6 +160,13 @@ def interpret(script: str, env: dict[str, str]) -> Timeline | None:
             status = 1
         elif name == "set":
             status = 0
+        elif name == "alloc":
+            size = _bytes(args[0]) if len(args) == 1 else None
+            if size is None:
+                return None
+            held = (timeline.memory[-1][1] if timeline.memory else 0) + size
+            timeline.memory.append((clock, held, len(timeline.lines)))
+            status = 0
         elif name == "exit":
             if len(args) > 1 or (args and not args[0].lstrip("-").isdigit()):
                 return None
@@ -162,6 +177,30 @@ def interpret(script: str, env: dict[str, str]) -> Timeline | None:
             return None
     timeline.duration = clock
     timeline.exit_code = status
+    return timeline
+
+
+def _bytes(text: str) -> int | None:
+    try:
+        return int(parse_quantity(text).value)
+    except (QuantityError, ValueError, TypeError):
+        return None
+
+
+def apply_memory_limit(timeline: Timeline, limit: str | None) -> Timeline:
+    """Cut the timeline where the memory it holds first exceeds `limit` (OOM kill: exit 137)."""
+    if not limit or not timeline.memory:
+        return timeline
+    cap = _bytes(str(limit))
+    if cap is None:
+        return timeline
+    for offset, held, printed in timeline.memory:
+        if held > cap and offset <= timeline.duration:
+            timeline.lines = timeline.lines[:printed]
+            timeline.duration = offset
+            timeline.exit_code = 137
+            timeline.oom_killed = True
+            break
     return timeline
 
 
@@ -185,7 +224,8 @@ def plan(container: dict, env: dict[str, str], default_duration: float) -> Timel
         elif program in ("sleep", "echo", "true", "false", "exit", "printf"):
             timeline = interpret(shlex.join(argv), env)
     if timeline is not None:
-        return timeline
+        limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+        return apply_memory_limit(timeline, limit)
     return Timeline(duration=float(default_duration), exit_code=0, scripted=False)
 
 

@@ -72,7 +72,13 @@ def settings_key() -> str:
     """Identifies the configured cluster (caches of cluster facts are keyed by it)."""
     return "|".join(
         str(getattr(settings, name, ""))
-        for name in ("KUBECONFIG", "PORTAL_KUBE_IN_CLUSTER", "PORTAL_KUBE_QPS", "PORTAL_KUBE_BURST")
+        for name in (
+            "KUBECONFIG",
+            "PORTAL_KUBE_IN_CLUSTER",
+            "PORTAL_KUBE_QPS",
+            "PORTAL_KUBE_BURST",
+            "PORTAL_KUBE_POOL_SIZE",
+        )
     )
 
 
@@ -85,7 +91,8 @@ def build_api_client() -> PacedApiClient:
         k8s_config.load_kube_config(
             config_file=str(settings.KUBECONFIG), client_configuration=configuration
         )
-    configuration.connection_pool_maxsize = 8
+    # The cluster watcher holds one streaming connection per watched collection.
+    configuration.connection_pool_maxsize = int(getattr(settings, "PORTAL_KUBE_POOL_SIZE", 8))
     qps = float(getattr(settings, "PORTAL_KUBE_QPS", DEFAULT_QPS))
     burst = int(getattr(settings, "PORTAL_KUBE_BURST", DEFAULT_BURST))
     bucket = TokenBucket(qps, burst) if qps > 0 else None

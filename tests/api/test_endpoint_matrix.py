@@ -192,6 +192,8 @@ CASES: dict[str, Case] = {
             "list": LIST_OK,
             "retrieve": READ_ALL_IN_PROJECT,
             "manifest": READ_ALL_IN_PROJECT,
+            # The job has not started a pod: members are told so (409), outsiders see nothing.
+            "logs": {"outsider": 404, "viewer": 409, "member": 409, "admin": 409, "staff": 409},
             "create": {"outsider": 400, "viewer": 403, "member": 201, "admin": 201, "staff": 201},
             "cancel": WRITERS,
         },

@@ -27,8 +27,9 @@ def test_demo_without_serving_migrates_and_seeds(db, fast_passwords):
     assert "Demo logins" in out.getvalue()
 
 
-def test_demo_runs_kubesim_then_a_worker_with_beat_then_the_web_server():
-    kubesim, worker, web = demo_children(addr="127.0.0.1:8123")
+def test_demo_runs_kubesim_then_a_worker_with_beat_then_the_watcher_and_the_web_server():
+    kubesim, worker, watcher, web = demo_children(addr="127.0.0.1:8123")
+    assert watcher.argv[-1] == "watch_cluster"
     assert kubesim.argv[1:3] == ["-m", "kubesim"]
     assert kubesim.argv[kubesim.argv.index("--kubeconfig-out") + 1] == settings.KUBECONFIG
     assert "--beat" in worker.argv

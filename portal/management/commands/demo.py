@@ -168,6 +168,8 @@ def demo_children(*, addr: str) -> list[Child]:
             # A demo cluster is small: resync often so states move while a newcomer watches.
             env={"PORTAL_RESYNC_SECONDS": os.environ.get("PORTAL_RESYNC_SECONDS", "10")},
         ),
+        # The live cluster watcher: job states, timelines and quota use within a second.
+        Child("watcher", [sys.executable, manage, "watch_cluster"]),
         Child(
             "web",
             [sys.executable, manage, "runserver", "--noreload", addr],
