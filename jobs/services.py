@@ -248,3 +248,17 @@ def job_cancel(*, actor: Any, job: Job, source: str = "api") -> Job:
         job.cleanup_pending = True
         enqueue_reconcile(job.pk)
     return job
+
+
+def job_record_event(job: Job, *, reason: str, message: str, source: str) -> JobEvent:
+    """A note in the job's history that is not a state change (a warning from GPU metrics, an
+    XID error): from_state and to_state are both the job's current state."""
+    current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first() or job.state
+    return JobEvent.objects.create(
+        job_id=job.pk,
+        from_state=current,
+        to_state=current,
+        reason=reason[:64],
+        message=message,
+        source=source,
+    )
