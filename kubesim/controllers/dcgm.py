@@ -13,8 +13,10 @@ Format: dcgm-exporter 4.2 with the default counters (default-counters.csv), labe
 by a pod. MIG-enabled GPUs are reported only as GPU instances (the exporter's default -d f), which
 carry the parent GPU's UUID and device-level readings, their own framebuffer and profiling
 ratios, and no DCGM_FI_DEV_GPU_UTIL / MEM_COPY_UTIL / ENC_UTIL / DEC_UTIL / PCIe byte rates.
-Readings follow the load: a GPU held by a running container is busy (utilisation, memory, power,
-clocks and temperature rise with it), an idle one stays low; noise is a hash of the device and
+Readings follow the load: a GPU held by a running container that does GPU work is busy
+(utilisation, tensor activity, memory, power, clocks and temperature rise with it); a GPU that is
+free, or held by a container that only sleeps (a script kubesim's shell reads: sleep, echo, exit),
+stays idle; noise is a hash of the device and
 the simulated time, so scrapes are repeatable.
 """
 
@@ -180,7 +182,12 @@ class Exporter:
         return kubelet.devices.holder(node, device_uuid) if kubelet else None
 
     def _busy(self, node: str, holder: tuple[str, str, str] | None) -> tuple[bool, str]:
-        """Whether the holding container is running now, and a seed for its load level."""
+        """Whether the holding container is doing GPU work now, and a seed for its load level.
+
+        The rule: a running opaque program (anything kubesim's tiny shell does not read, e.g.
+        `python train.py` or the image's entrypoint) trains, so its GPUs show a training
+        profile; a script of only `sleep`/`echo`/`exit`/`true` (kubesim.controllers.shell)
+        never touches the GPU, so its GPUs stay idle although they are held."""
         if holder is None or self.kubelet is None:
             return False, ""
         runner = self.kubelet.runners.get((holder[0], holder[1]))
@@ -190,7 +197,8 @@ class Exporter:
         if run is None or not run.attempts:
             return False, runner.uid
         attempt = run.attempts[-1]
-        return attempt.finished is None and run.waiting_reason != "CrashLoopBackOff", runner.uid
+        running = attempt.finished is None and run.waiting_reason != "CrashLoopBackOff"
+        return running and not attempt.timeline.scripted, runner.uid
 
     def _load(self, seed: str, key: str, busy: bool, now: float) -> float:
         """Utilisation ratio 0..1."""
