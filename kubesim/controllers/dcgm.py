@@ -4,6 +4,10 @@ and service proxies exactly where a real GPU Operator install serves it:
     GET /api/v1/namespaces/gpu-operator/pods/<exporter-pod>:9400/proxy/metrics
     GET /api/v1/namespaces/gpu-operator/services/nvidia-dcgm-exporter:9400/proxy/metrics
 
+Fault injection: POST /kubesim/dcgm/garbage {"node": NAME (optional: every node), "lines": [...]}
+makes the exporter print those lines (e.g. a field whose value is an error string) in the middle
+of its output, after the first sample of DCGM_FI_DEV_GPU_UTIL, until set to [] again.
+
 The service proxy goes to one exporter pod per request, round-robin over the ready nodes (as
 kube-proxy spreads connections over a Service's endpoints); scrape the pods for every node.
 
@@ -171,6 +175,7 @@ class Exporter:
         self.cluster: Cluster = ctx.cluster
         self.thermal: dict[str, Thermal] = {}
         self._round_robin = itertools.count()
+        self.garbage: dict[str, list[str]] = {}  # node ("" = every node) -> extra lines
 
     @property
     def kubelet(self):
@@ -353,7 +358,24 @@ class Exporter:
                     row_labels = self._with_xid_labels(labels, int(values[name]))
                 text = ",".join(f'{k}="{_escape(v)}"' for k, v in row_labels.items())
                 lines.append(f"{name}{{{text}}} {_fmt(name, values[name])}")
+                if name == "DCGM_FI_DEV_GPU_UTIL" and row_labels is rows[0][0]:
+                    lines += self.garbage.get(node_name, self.garbage.get("", []))
         return "\n".join(lines) + "\n"
+
+    async def set_garbage(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise ApiError(400, "BadRequest", "the body must be a JSON object") from None
+        lines = body.get("lines") if isinstance(body, dict) else None
+        if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
+            raise ApiError(400, "BadRequest", "lines: a list of strings")
+        node = body.get("node") or ""
+        if lines:
+            self.garbage[node] = list(lines)
+        else:
+            self.garbage.pop(node, None)
+        return web.json_response({"node": node or None, "lines": len(lines)})
 
     @staticmethod
     def _with_xid_labels(labels: dict, xid: int) -> dict:
@@ -461,4 +483,5 @@ def start(ctx) -> Exporter:
     ctx.extras["dcgm"] = exporter
     ctx.server.set_subresource_handler("v1", "Pod", "proxy", exporter.pod_proxy)
     ctx.server.set_subresource_handler("v1", "Service", "proxy", exporter.service_proxy)
+    ctx.server.add_route("POST", "/kubesim/dcgm/garbage", exporter.set_garbage)
     return exporter
