@@ -1,6 +1,9 @@
-"""Fixtures for job tests: a job factory on top of the shared personas."""
+"""Fixtures for GPU metrics tests: a job factory, one simulated cluster for the package."""
 
 import pytest
+from kubernetes import client
+
+from kubesim.testing import KubesimProcess
 
 
 @pytest.fixture
@@ -31,3 +34,29 @@ def make_job(personas):
         return Job.objects.create(**fields)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def sim(tmp_path_factory):
+    # opaque programs ("python train.py") run until deleted
+    with KubesimProcess(
+        speed=50,
+        workdir=tmp_path_factory.mktemp("ks-metrics"),
+        extra_args=["--default-duration", "1000000"],
+    ) as server:
+        yield server
+
+
+@pytest.fixture
+def kube(sim, settings):
+    from portal.kube.client import reset_api_client
+    from portal.kube.metrics import reset_scrape_clients
+
+    settings.KUBECONFIG = str(sim.kubeconfig)
+    settings.PORTAL_METRICS_PERIOD_SECONDS = 15
+    reset_api_client()
+    reset_scrape_clients()
+    api = sim.api_client()
+    yield client.CoreV1Api(api)
+    api.close()
+    reset_scrape_clients()

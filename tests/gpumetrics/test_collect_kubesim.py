@@ -4,43 +4,19 @@ summary and the API. Pods are created directly with the names the portal's Jobs 
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 
-from kubesim.testing import KubesimProcess, wait_for
+from kubesim.testing import wait_for
 
 pytestmark = [pytest.mark.kubesim, pytest.mark.django_db]
 
 TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 GPU_UUIDS = "kubesim.dev/gpu-uuids"
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory):
-    # opaque programs ("python train.py") run until deleted
-    with KubesimProcess(
-        speed=50,
-        workdir=tmp_path_factory.mktemp("ks-metrics"),
-        extra_args=["--default-duration", "1000000"],
-    ) as server:
-        yield server
-
-
-@pytest.fixture
-def kube(sim, settings):
-    from portal.kube.client import reset_api_client
-    from portal.kube.metrics import reset_scrape_clients
-
-    settings.KUBECONFIG = str(sim.kubeconfig)
-    settings.PORTAL_METRICS_PERIOD_SECONDS = 15
-    reset_api_client()
-    reset_scrape_clients()
-    api = sim.api_client()
-    yield client.CoreV1Api(api)
-    api.close()
-    reset_scrape_clients()
 
 
 def make_pod(core, namespace, name, command, limits, node=None):
@@ -245,3 +221,124 @@ def test_sweep_attributes_stores_and_serves(kube, sim, running, personas, api_cl
     assert len(csv_text.splitlines()) >= 2
     assert api_client_for(personas.outsider).get(usage_url).status_code == 404
     assert member.get(usage_url, {"group_by": "month"}).status_code == 400
+
+
+@pytest.fixture
+def prometheus(sim, kube, tmp_path):
+    """A real Prometheus (Debian's package) scraping every kubesim exporter through the API
+    server's pod proxy, with the kubeconfig's CA and bearer token."""
+    import shutil
+    import socket
+    import subprocess
+    import urllib.request
+
+    import yaml
+
+    from portal.kube.metrics import list_exporter_pods
+
+    binary = shutil.which("prometheus") or "/usr/bin/prometheus"
+    assert Path(binary).exists(), "prometheus is not installed (scripts/ensure-services.sh)"
+    token = tmp_path / "token"
+    token.write_text(sim.token)
+    host = sim.url.split("://", 1)[1]
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+        "scrape_configs": [
+            {
+                "job_name": f"dcgm-{pod.node}",
+                "scheme": "https",
+                "metrics_path": (
+                    f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}:9400/proxy/metrics"
+                ),
+                "honor_labels": True,
+                "tls_config": {"ca_file": str(sim.ca_file)},
+                "authorization": {"type": "Bearer", "credentials_file": str(token)},
+                "static_configs": [{"targets": [host]}],
+            }
+            for pod in list_exporter_pods("gpu-operator", "app=nvidia-dcgm-exporter")
+        ],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 - open for the child's lifetime
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def all_targets_up():
+        try:
+            with urllib.request.urlopen(f"{url}/api/v1/query?query=up", timeout=2) as response:
+                result = json.loads(response.read())["data"]["result"]
+        except OSError:
+            return False
+        return len(result) == len(config["scrape_configs"]) and all(
+            r["value"][1] == "1" for r in result
+        )
+
+    try:
+        wait_for(all_targets_up, timeout=60, message="Prometheus to scrape every exporter")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(20)
+        log.close()
+
+
+def test_prometheus_source_gives_the_same_series_as_the_direct_scrape(
+    kube, running, prometheus, settings
+):
+    from gpumetrics import services
+    from gpumetrics.conf import config
+    from gpumetrics.models import JobGpu
+    from gpumetrics.sources import read_prometheus, scrape_exporters
+    from portal.kube.metrics import list_exporter_pods
+
+    jobs, pods, _namespace = running
+    wanted = set(pods.values())
+    settings.PORTAL_METRICS_SOURCE = "prometheus"
+    settings.PORTAL_METRICS_PROMETHEUS_URL = prometheus
+    cfg = config()
+
+    def job_devices(readings):
+        return {k: d for k, d in readings.devices.items() if d.pod in wanted}
+
+    # wait until Prometheus has scraped the job pods (labels carry the pod once it holds a GPU)
+    wait_for(
+        lambda: len(job_devices(read_prometheus(cfg).readings)) == 11,
+        timeout=30,
+        message="Prometheus to see the jobs' devices",
+    )
+    via_prometheus = job_devices(read_prometheus(cfg).readings)
+    direct = job_devices(
+        scrape_exporters(cfg, list_exporter_pods(cfg.namespace, cfg.label_selector)).readings
+    )
+    assert set(via_prometheus) == set(direct)
+    for key, device in direct.items():
+        other = via_prometheus[key]
+        assert (other.pod, other.namespace, other.gi_profile) == (
+            device.pod,
+            device.namespace,
+            device.gi_profile,
+        )
+        assert set(other.fields) == set(device.fields)
+        for field in ("DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_SM_CLOCK"):
+            if field in device.fields:
+                assert other.fields[field] == device.fields[field]
+    # and the whole path with the prometheus source stores the same devices per job
+    report = services.collect(cfg=cfg, now=time.time())
+    assert report.source == "prometheus"
+    assert report.failures == 0
+    for key, job in jobs.items():
+        stored = {(d.gpu_uuid, d.mig_instance_id) for d in JobGpu.objects.filter(job=job)}
+        expected = {(k.uuid, k.gi_id) for k, d in direct.items() if d.pod == pods[key]}
+        assert stored == expected
