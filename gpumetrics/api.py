@@ -119,6 +119,9 @@ class JobMetricsViewSet(TenantScopedViewSet):
     @extend_schema(
         parameters=[
             OpenApiParameter(
+                "job_pk", OpenApiTypes.INT, OpenApiParameter.PATH, description="Job id."
+            ),
+            OpenApiParameter(
                 "series",
                 OpenApiTypes.STR,
                 description="Comma-separated series: "
@@ -208,6 +211,9 @@ class ProjectUsageViewSet(TenantScopedViewSet):
 
     @extend_schema(
         parameters=[
+            OpenApiParameter(
+                "project_slug", OpenApiTypes.STR, OpenApiParameter.PATH, description="Project slug."
+            ),
             OpenApiParameter("since", OpenApiTypes.STR, description="ISO 8601 or epoch seconds."),
             OpenApiParameter("until", OpenApiTypes.STR, description="ISO 8601 or epoch seconds."),
             OpenApiParameter("group_by", OpenApiTypes.STR, enum=["user", "day", "pool"]),

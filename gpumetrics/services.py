@@ -88,6 +88,11 @@ def _job_facts(readings: list[DeviceReading]) -> dict[int, JobFacts]:
 def _upsert_devices(at: int, by_job: dict[int, list[DeviceReading]]) -> dict[tuple, tuple]:
     """Upsert the JobGpu rows of this sweep; {(job, uuid, gi, pod): (id, last_xid)}."""
     now = _dt(at)
+    unique: dict[tuple, tuple[int, DeviceReading]] = {}
+    for job_id, readings in by_job.items():
+        for r in readings:
+            # One row per natural key even if two exporters report the same device.
+            unique.setdefault((job_id, r.key.uuid, r.key.gi_id, r.pod), (job_id, r))
     rows = [
         (
             job_id,
@@ -104,8 +109,7 @@ def _upsert_devices(at: int, by_job: dict[int, list[DeviceReading]]) -> dict[tup
             1,
             0,
         )
-        for job_id, readings in by_job.items()
-        for r in readings
+        for job_id, r in unique.values()
     ]
     if not rows:
         return {}
@@ -119,7 +123,8 @@ def _upsert_devices(at: int, by_job: dict[int, list[DeviceReading]]) -> dict[tup
         f"INSERT INTO {table} ({columns}) VALUES {placeholders} "
         "ON CONFLICT (job_id, gpu_uuid, mig_instance_id, pod) DO UPDATE SET "
         f"node = EXCLUDED.node, last_seen = GREATEST({table}.last_seen, EXCLUDED.last_seen), "
-        f"samples = {table}.samples + 1 "
+        # a second sweep of the same slot (two beats at once) does not count twice
+        f"samples = {table}.samples + (EXCLUDED.last_seen > {table}.last_seen)::int "
         "RETURNING id, job_id, gpu_uuid, mig_instance_id, pod, last_xid"
     )
     with connection.cursor() as cursor:
@@ -202,12 +207,20 @@ def ingest(readings: dict | list[DeviceReading], *, at: int) -> IngestReport:
     jobs = _job_facts(devices)
     attribution = attribute(devices, jobs)
     with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # Sweeps store one at a time (a slow one and the next beat's may overlap).
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(hashtext('gpumetrics.ingest'))")
         ids = _upsert_devices(at, attribution.by_job)
         rows = []
+        appended: set[int] = set()
         xids: list[tuple[int, int, DeviceReading, int]] = []
         for job_id, held in attribution.by_job.items():
             for r in held:
                 device_id, last_xid = ids[(job_id, r.key.uuid, r.key.gi_id, r.pod)]
+                if device_id in appended:
+                    continue
+                appended.add(device_id)
                 rows.append((device_id, row_from_fields(r.fields, mig=r.key.is_mig)))
                 xid = int(r.fields.get(XID, 0) or 0)
                 if xid != last_xid:
