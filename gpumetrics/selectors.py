@@ -43,20 +43,29 @@ def _rows(blocks, resolution: int, since: int | None, until: int | None):
     return out
 
 
-def device_columns(
-    device: JobGpu, resolution: int, *, since: int | None = None, until: int | None = None
-) -> tuple[list[int], list[array]]:
-    """Like device_rows, but column-wise (times, one float array per column): the fast path
-    for serving, which never builds a list per row."""
-    blocks = MetricBlock.objects.filter(device=device, resolution=resolution)
+def devices_columns(
+    devices: list[JobGpu], resolution: int, *, since: int | None = None, until: int | None = None
+) -> dict[int, tuple[list[int], list[array]]]:
+    """Like device_rows, but for several devices in one query and column-wise (times, one
+    float array per column): the fast path for serving, which never builds a list per row."""
+    blocks = MetricBlock.objects.filter(device__in=devices, resolution=resolution)
     if since is not None:
         blocks = blocks.filter(end__gte=since)
     if until is not None:
         blocks = blocks.filter(start__lte=until)
+    by_device: dict[int, list] = defaultdict(list)
+    for device_id, start, ts, vals in blocks.order_by("device_id", "start").values_list(
+        "device_id", "start", "ts", "vals"
+    ):
+        by_device[device_id].append((start, ts, vals))
+    return {d.pk: _columns(by_device.get(d.pk, []), resolution, since, until) for d in devices}
+
+
+def _columns(blocks, resolution: int, since: int | None, until: int | None):
     w = codec.width(resolution)
     times: list[int] = []
     columns = [array("f") for _ in range(w)]
-    for start, ts, vals in blocks.order_by("start").values_list("start", "ts", "vals"):
+    for start, ts, vals in blocks:
         block_times, values = codec.decode(start, resolution, ts, vals)
         lo, hi = 0, len(block_times)
         if since is not None:
@@ -72,8 +81,9 @@ def device_columns(
 
 
 def _clean(values) -> list[float | None]:
-    # float32 readings: 4 significant decimals are all they hold for values up to ~1000
-    return [None if v != v else round(v, 3) for v in values]
+    # NaN (no reading) becomes null. Values are the stored float32 as they are (rounding 160,000
+    # values would cost more than the whole query of a day).
+    return [None if v != v else v for v in values]
 
 
 @dataclass(frozen=True)
@@ -106,12 +116,15 @@ def job_metrics(job: Job, query: SeriesQuery) -> dict[str, Any]:
     resolution = _resolution_for(devices, query.step)
     wanted = [SERIES_INDEX[name] for name in query.series]
     out_devices = []
+    needs_bucketing = query.step > resolution
+    columns_of = (
+        {}
+        if needs_bucketing
+        else devices_columns(devices, resolution, since=query.since, until=query.until)
+    )
     for device in devices:
-        needs_bucketing = query.step > resolution
         if not needs_bucketing:
-            times, columns = device_columns(
-                device, resolution, since=query.since, until=query.until
-            )
+            times, columns = columns_of[device.pk]
             entry = _device_entry(device, times)
             if resolution == codec.RAW:
                 entry["mean"] = {SERIES[i].name: _clean(columns[i]) for i in wanted}

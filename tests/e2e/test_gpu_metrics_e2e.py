@@ -25,18 +25,24 @@ def e2e_kubesim(tmp_path_factory):
         yield server
 
 
+@pytest.fixture(autouse=True)
+def _fast_metrics_beat(monkeypatch):
+    """Sweep every 2 s and maintain every 3 s in the worker (set before worker_factory reads
+    the environment)."""
+    monkeypatch.setenv("PORTAL_METRICS_PERIOD_SECONDS", "2")
+    monkeypatch.setenv("PORTAL_METRICS_MAINTAIN_SECONDS", "3")
+
+
 def metrics(client, job_id, **params):
     response = client.get(f"/api/v1/jobs/{job_id}/metrics/", params)
     assert response.status_code == 200, response.content[:300]
     return response.json()
 
 
-def test_jobs_metrics_from_scrape_to_summary(e2e_org, worker_factory, e2e_kubesim, monkeypatch):
+def test_jobs_metrics_from_scrape_to_summary(e2e_org, worker_factory, e2e_kubesim):
     from gpumetrics.models import ExporterStatus, JobGpu, JobGpuSummary
     from portal.kube import apply as kube
 
-    monkeypatch.setenv("PORTAL_METRICS_PERIOD_SECONDS", "2")
-    monkeypatch.setenv("PORTAL_METRICS_MAINTAIN_SECONDS", "3")
     worker_factory(beat_seconds=3)
     sync_quotas_and_wait(e2e_org)
     bob = api_as(e2e_org["bob"])
