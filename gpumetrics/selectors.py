@@ -83,7 +83,11 @@ def _columns(blocks, resolution: int, since: int | None, until: int | None):
 def _clean(values) -> list[float | None]:
     # NaN (no reading) becomes null. Values are the stored float32 as they are (rounding 160,000
     # values would cost more than the whole query of a day).
-    return [None if v != v else v for v in values]
+    out = values.tolist() if isinstance(values, array) else list(values)
+    total = sum(out)
+    if total == total:  # no NaN anywhere (the common case): nothing to replace
+        return out
+    return [None if v != v else v for v in out]
 
 
 @dataclass(frozen=True)
