@@ -113,6 +113,8 @@ def _upsert_devices(at: int, by_job: dict[int, list[DeviceReading]]) -> dict[tup
     ]
     if not rows:
         return {}
+    if connection.vendor != "postgresql":
+        return _upsert_devices_portable(now, rows)
     table = JobGpu._meta.db_table
     columns = (
         "job_id, node, gpu_uuid, gpu_index, mig_instance_id, mig_profile, model_name, pod, "
@@ -130,6 +132,33 @@ def _upsert_devices(at: int, by_job: dict[int, list[DeviceReading]]) -> dict[tup
     with connection.cursor() as cursor:
         cursor.execute(sql, [v for row in rows for v in row])
         return {(j, u, g, p): (pk, xid) for pk, j, u, g, p, xid in cursor.fetchall()}
+
+
+def _upsert_devices_portable(now: datetime, rows: list[tuple]) -> dict[tuple, tuple]:
+    """The same upsert row by row through the ORM (the demo's SQLite)."""
+    out = {}
+    for job_id, node, uuid, index, gi, profile, model, pod, container, *_ in rows:
+        device, created = JobGpu.objects.get_or_create(
+            job_id=job_id,
+            gpu_uuid=uuid,
+            mig_instance_id=gi,
+            pod=pod,
+            defaults={
+                "node": node,
+                "gpu_index": index,
+                "mig_profile": profile,
+                "model_name": model,
+                "container": container,
+                "first_seen": now,
+                "last_seen": now,
+                "samples": 1,
+            },
+        )
+        if not created and now > device.last_seen:
+            device.last_seen, device.samples, device.node = now, device.samples + 1, node
+            device.save(update_fields=["last_seen", "samples", "node"])
+        out[(job_id, uuid, gi, pod)] = (device.pk, device.last_xid)
+    return out
 
 
 def _append_raw(at: int, rows: list[tuple[int, list[float]]]) -> None:
