@@ -127,10 +127,10 @@ def job_note_status(job: Job, *, reason: str, message: str) -> None:
 
 
 def job_record_event(job: Job, *, reason: str, message: str, source: str) -> JobEvent:
-    """An event that is not a state change (cluster objects removed, a blocked apply explained):
-    from and to are both the job's stored state."""
+    """An event that is not a state change (cluster objects removed, a blocked apply explained,
+    a GPU metrics warning, an XID error): from and to are both the job's stored state."""
     state = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first() or job.state
-    return JobEvent.objects.create(
+    event = JobEvent.objects.create(
         job_id=job.pk,
         from_state=state,
         to_state=state,
@@ -138,6 +138,8 @@ def job_record_event(job: Job, *, reason: str, message: str, source: str) -> Job
         message=message,
         source=source,
     )
+    publish_job_change(job.pk, "")  # the timeline changed
+    return event
 
 
 def job_explain_blocked(job: Job, *, reason: str, message: str, source: str) -> bool:

@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "tenants",
     "quotas",
     "jobs",
+    "gpumetrics",  # GPU metrics per job (issue 10)
 ]
 
 MIDDLEWARE = [
@@ -271,6 +272,42 @@ PORTAL_WATCHER_KUBE_QPS = env.float("PORTAL_WATCHER_KUBE_QPS", default=100.0)
 PORTAL_WATCHER_WRITERS = env.int("PORTAL_WATCHER_WRITERS", default=4)
 # runtimeClassName for GPU pods (e.g. "nvidia" where the NVIDIA runtime is not the default).
 PORTAL_RUNTIME_CLASS = env.str("PORTAL_RUNTIME_CLASS", default="")
+
+# --- GPU metrics (gpumetrics app, issue 10) -------------------------------------------------
+# Source: "dcgm" scrapes every dcgm-exporter pod (found by namespace + label selector) through
+# the API server's pod proxy ("proxy", outside the cluster) or by pod IP ("direct", the default
+# with PORTAL_KUBE_IN_CLUSTER); "prometheus" reads the same series from
+# PORTAL_METRICS_PROMETHEUS_URL.
+PORTAL_METRICS_SOURCE = env.str("PORTAL_METRICS_SOURCE", default="dcgm")
+PORTAL_METRICS_PROMETHEUS_URL = env.str("PORTAL_METRICS_PROMETHEUS_URL", default="")
+PORTAL_METRICS_PERIOD_SECONDS = env.float("PORTAL_METRICS_PERIOD_SECONDS", default=15.0)
+PORTAL_METRICS_NAMESPACE = env.str("PORTAL_METRICS_NAMESPACE", default="gpu-operator")
+PORTAL_METRICS_LABEL_SELECTOR = env.str(
+    "PORTAL_METRICS_LABEL_SELECTOR", default="app=nvidia-dcgm-exporter"
+)
+PORTAL_METRICS_PORT = env.int("PORTAL_METRICS_PORT", default=9400)
+PORTAL_METRICS_PATH = env.str("PORTAL_METRICS_PATH", default="/metrics")
+PORTAL_METRICS_ACCESS = env.str("PORTAL_METRICS_ACCESS", default="")  # proxy | direct
+PORTAL_METRICS_CONCURRENCY = env.int("PORTAL_METRICS_CONCURRENCY", default=16)
+PORTAL_METRICS_TIMEOUT_SECONDS = env.float("PORTAL_METRICS_TIMEOUT_SECONDS", default=5.0)
+PORTAL_METRICS_IDLE_THRESHOLD = env.float("PORTAL_METRICS_IDLE_THRESHOLD", default=10.0)
+PORTAL_METRICS_IDLE_WARN_MINUTES = env.float("PORTAL_METRICS_IDLE_WARN_MINUTES", default=30.0)
+PORTAL_METRICS_RETENTION_RAW_DAYS = env.float("PORTAL_METRICS_RETENTION_RAW_DAYS", default=7)
+PORTAL_METRICS_RETENTION_MINUTE_DAYS = env.float("PORTAL_METRICS_RETENTION_MINUTE_DAYS", default=90)
+PORTAL_METRICS_RETENTION_HOUR_DAYS = env.float("PORTAL_METRICS_RETENTION_HOUR_DAYS", default=0)
+PORTAL_METRICS_MAINTAIN_SECONDS = env.float("PORTAL_METRICS_MAINTAIN_SECONDS", default=300.0)
+if env.bool("PORTAL_METRICS_ENABLED", default=True):
+    CELERY_BEAT_SCHEDULE["gpu-metrics-collect"] = {
+        "task": "gpumetrics.tasks.collect",
+        "schedule": celery_schedule(PORTAL_METRICS_PERIOD_SECONDS),
+        "options": {"expires": PORTAL_METRICS_PERIOD_SECONDS},
+    }
+    CELERY_BEAT_SCHEDULE["gpu-metrics-maintain"] = {
+        "task": "gpumetrics.tasks.maintain",
+        "schedule": celery_schedule(PORTAL_METRICS_MAINTAIN_SECONDS),
+        "options": {"expires": PORTAL_METRICS_MAINTAIN_SECONDS},
+    }
+# --- end GPU metrics ----------------------------------------------------------------------------
 
 LOGGING = {
     "version": 1,

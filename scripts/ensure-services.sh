@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make sure PostgreSQL (127.0.0.1:5432, trust auth) and Redis (127.0.0.1:6379) answer, starting
-# or installing them (Debian packages) when they do not. Used by `make test`.
+# or installing them (Debian packages) when they do not, and that the prometheus binary is
+# installed. Used by `make test`.
 set -euo pipefail
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -37,4 +38,14 @@ if ! port_open 6379; then
     --dir /tmp --logfile /tmp/gpuportal-redis.log
   wait_port 6379
 fi
-echo "PostgreSQL and Redis are reachable."
+# Prometheus (Debian's package) for the GPU metrics tests of the Prometheus source; the tests
+# start their own server, so only the binary is needed.
+if ! command -v prometheus >/dev/null 2>&1; then
+  echo "Installing Prometheus (apt)..."
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    prometheus >/dev/null
+  # The package's own service is not needed (and would hold port 9090).
+  as_root systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi
+echo "PostgreSQL and Redis are reachable; prometheus is installed."

@@ -4,6 +4,10 @@ and service proxies exactly where a real GPU Operator install serves it:
     GET /api/v1/namespaces/gpu-operator/pods/<exporter-pod>:9400/proxy/metrics
     GET /api/v1/namespaces/gpu-operator/services/nvidia-dcgm-exporter:9400/proxy/metrics
 
+Fault injection: POST /kubesim/dcgm/garbage {"node": NAME (optional: every node), "lines": [...]}
+makes the exporter print those lines (e.g. a field whose value is an error string) in the middle
+of its output, after the first sample of DCGM_FI_DEV_GPU_UTIL, until set to [] again.
+
 The service proxy goes to one exporter pod per request, round-robin over the ready nodes (as
 kube-proxy spreads connections over a Service's endpoints); scrape the pods for every node.
 
@@ -13,8 +17,10 @@ Format: dcgm-exporter 4.2 with the default counters (default-counters.csv), labe
 by a pod. MIG-enabled GPUs are reported only as GPU instances (the exporter's default -d f), which
 carry the parent GPU's UUID and device-level readings, their own framebuffer and profiling
 ratios, and no DCGM_FI_DEV_GPU_UTIL / MEM_COPY_UTIL / ENC_UTIL / DEC_UTIL / PCIe byte rates.
-Readings follow the load: a GPU held by a running container is busy (utilisation, memory, power,
-clocks and temperature rise with it), an idle one stays low; noise is a hash of the device and
+Readings follow the load: a GPU held by a running container that does GPU work is busy
+(utilisation, tensor activity, memory, power, clocks and temperature rise with it); a GPU that is
+free, or held by a container that only sleeps (a script kubesim's shell reads: sleep, echo, exit),
+stays idle; noise is a hash of the device and
 the simulated time, so scrapes are repeatable.
 """
 
@@ -169,6 +175,7 @@ class Exporter:
         self.cluster: Cluster = ctx.cluster
         self.thermal: dict[str, Thermal] = {}
         self._round_robin = itertools.count()
+        self.garbage: dict[str, list[str]] = {}  # node ("" = every node) -> extra lines
 
     @property
     def kubelet(self):
@@ -180,7 +187,12 @@ class Exporter:
         return kubelet.devices.holder(node, device_uuid) if kubelet else None
 
     def _busy(self, node: str, holder: tuple[str, str, str] | None) -> tuple[bool, str]:
-        """Whether the holding container is running now, and a seed for its load level."""
+        """Whether the holding container is doing GPU work now, and a seed for its load level.
+
+        The rule: a running opaque program (anything kubesim's tiny shell does not read, e.g.
+        `python train.py` or the image's entrypoint) trains, so its GPUs show a training
+        profile; a script of only `sleep`/`echo`/`exit`/`true` (kubesim.controllers.shell)
+        never touches the GPU, so its GPUs stay idle although they are held."""
         if holder is None or self.kubelet is None:
             return False, ""
         runner = self.kubelet.runners.get((holder[0], holder[1]))
@@ -190,7 +202,8 @@ class Exporter:
         if run is None or not run.attempts:
             return False, runner.uid
         attempt = run.attempts[-1]
-        return attempt.finished is None and run.waiting_reason != "CrashLoopBackOff", runner.uid
+        running = attempt.finished is None and run.waiting_reason != "CrashLoopBackOff"
+        return running and not attempt.timeline.scripted, runner.uid
 
     def _load(self, seed: str, key: str, busy: bool, now: float) -> float:
         """Utilisation ratio 0..1."""
@@ -345,7 +358,24 @@ class Exporter:
                     row_labels = self._with_xid_labels(labels, int(values[name]))
                 text = ",".join(f'{k}="{_escape(v)}"' for k, v in row_labels.items())
                 lines.append(f"{name}{{{text}}} {_fmt(name, values[name])}")
+                if name == "DCGM_FI_DEV_GPU_UTIL" and row_labels is rows[0][0]:
+                    lines += self.garbage.get(node_name, self.garbage.get("", []))
         return "\n".join(lines) + "\n"
+
+    async def set_garbage(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise ApiError(400, "BadRequest", "the body must be a JSON object") from None
+        lines = body.get("lines") if isinstance(body, dict) else None
+        if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
+            raise ApiError(400, "BadRequest", "lines: a list of strings")
+        node = body.get("node") or ""
+        if lines:
+            self.garbage[node] = list(lines)
+        else:
+            self.garbage.pop(node, None)
+        return web.json_response({"node": node or None, "lines": len(lines)})
 
     @staticmethod
     def _with_xid_labels(labels: dict, xid: int) -> dict:
@@ -453,4 +483,5 @@ def start(ctx) -> Exporter:
     ctx.extras["dcgm"] = exporter
     ctx.server.set_subresource_handler("v1", "Pod", "proxy", exporter.pod_proxy)
     ctx.server.set_subresource_handler("v1", "Service", "proxy", exporter.service_proxy)
+    ctx.server.add_route("POST", "/kubesim/dcgm/garbage", exporter.set_garbage)
     return exporter

@@ -57,14 +57,16 @@ class Case:
 
     # The lookup value of the object in project A that detail actions target.
     target: Callable[[Any], str]
-    # Is the target in a list response's results?
-    listed: Callable[[Any, list[dict]], bool]
+    # Is the target in a list response's results? (None: the list is not paginated rows)
+    listed: Callable[[Any, list[dict]], bool] | None
     # Request body per write action.
     payloads: dict[str, Callable[[Any], dict]] = field(default_factory=dict)
     # action -> {persona: expected status}
     expect: dict[str, dict[str, int]] = field(default_factory=dict)
     # action -> check of the database after a successful write (given personas, persona name)
     after: dict[str, Callable[[Any, str], None]] = field(default_factory=dict)
+    # URL kwargs of a nested route (e.g. /jobs/{job_pk}/metrics/), given personas
+    url_kwargs: Callable[[Any], dict[str, str]] | None = None
 
 
 def _bob_membership(p) -> Any:
@@ -199,6 +201,19 @@ CASES: dict[str, Case] = {
         },
         after={"create": _assert_job_submitted, "cancel": _assert_job_cancelled},
     ),
+    # GPU metrics (gpumetrics): nested under a job and a project.
+    "job-metrics": Case(
+        target=lambda p: str(_job_in_a(p).pk),
+        listed=None,
+        url_kwargs=lambda p: {"job_pk": str(_job_in_a(p).pk)},
+        expect={"list": READ_ALL_IN_PROJECT},
+    ),
+    "project-usage": Case(
+        target=lambda p: p.project_a.slug,
+        listed=None,
+        url_kwargs=lambda p: {"project_slug": p.project_a.slug},
+        expect={"list": READ_ALL_IN_PROJECT},
+    ),
 }
 
 ENDPOINTS = routed_endpoints()
@@ -229,7 +244,8 @@ def test_every_viewset_is_tenant_scoped_or_a_read_only_catalogue():
 
 def _url(endpoint: Endpoint, personas) -> str:
     if not endpoint.detail:
-        return reverse(endpoint.route_name)
+        nested = CASES[endpoint.basename].url_kwargs
+        return reverse(endpoint.route_name, kwargs=nested(personas) if nested else None)
     from portal.api import router
 
     viewset = next(v for _, v, b in router.registry if b == endpoint.basename)
@@ -257,7 +273,7 @@ def test_endpoint_answers_each_persona(endpoint, persona, personas, api_client_f
         assert isinstance(body["detail"], str)
         assert body["detail"]
         assert isinstance(body["errors"], dict)
-    if endpoint.action == "list":
+    if endpoint.action == "list" and case.listed is not None:
         visible = persona != "outsider" or endpoint.basename == "pools"
         assert case.listed(personas, response.json()["results"]) is visible
     if response.status_code < 300 and endpoint.action in case.after:

@@ -377,12 +377,20 @@ def test_dcgm_metrics_parse_and_name_the_pod_holding_each_gpu(core, namespace):
     )
     core.create_namespaced_pod(
         namespace,
-        pod_manifest("slice", ["sleep", "100000"], limits={"nvidia.com/mig-1g.10gb": 1}),
+        pod_manifest("slice", ["python", "train.py"], limits={"nvidia.com/mig-1g.10gb": 1}),
+    )
+    core.create_namespaced_pod(
+        namespace,
+        pod_manifest(
+            "sleeper",
+            ["sh", "-c", "echo waiting; sleep 100000"],
+            limits={"nvidia.com/gpu": 1},
+            node_selector={"kubernetes.io/hostname": "gpu-h100-0"},
+        ),
     )
     wait_for(
-        lambda: (
-            phase(core, namespace, "busy") == "Running"
-            and phase(core, namespace, "slice") == "Running"
+        lambda: all(
+            phase(core, namespace, name) == "Running" for name in ("busy", "slice", "sleeper")
         )
     )
     pod = core.read_namespaced_pod("busy", namespace)
@@ -395,8 +403,15 @@ def test_dcgm_metrics_parse_and_name_the_pod_holding_each_gpu(core, namespace):
     assert all(s.labels["namespace"] == namespace and s.labels["container"] == "main" for s in held)
     assert all(s.value > 50 for s in held)
     idle = [s for s in util if "pod" not in s.labels]
-    assert len(idle) == 6
+    assert len(idle) == 5
     assert all(s.value == 0 for s in idle)
+    # a container that only sleeps holds its GPU but leaves it idle
+    (sleeping,) = [s for s in util if s.labels.get("pod") == "sleeper"]
+    assert sleeping.value == 0
+    sleeper_uuid = sleeping.labels["UUID"]
+    tensor = {s.labels["UUID"]: s.value for s in samples(text, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")}
+    assert tensor[sleeper_uuid] == 0
+    assert all(tensor[u] > 0.3 for u in uuids)
     for s in util:
         assert list(s.labels)[:6] == [
             "gpu",
@@ -410,8 +425,10 @@ def test_dcgm_metrics_parse_and_name_the_pod_holding_each_gpu(core, namespace):
         assert s.labels["DCGM_FI_DRIVER_VERSION"]
     power = {s.labels["UUID"]: s.value for s in samples(text, "DCGM_FI_DEV_POWER_USAGE")}
     assert min(power[u] for u in uuids) > max(v for k, v in power.items() if k not in uuids)
+    assert power[sleeper_uuid] < min(power[u] for u in uuids)
     fb_used = {s.labels["UUID"]: s.value for s in samples(text, "DCGM_FI_DEV_FB_USED")}
     assert all(fb_used[u] > 10000 for u in uuids)
+    assert fb_used[sleeper_uuid] == 0
     # MIG node: instance series with GPU_I_PROFILE/GPU_I_ID, no GPU_UTIL for MIG
     mig_text = scrape(core, "gpu-h100-mig-0")
     gr = samples(mig_text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
