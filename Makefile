@@ -10,11 +10,11 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
 .PHONY: demo test lint venv
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml cli/pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; trying python3"; }
 	test -x $(PY) || ($(PYTHON) -m venv $(VENV) 2>/dev/null || python3 -m venv $(VENV))
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' -e ./cli
 	touch $(STAMP)
 
 venv: $(STAMP)
