@@ -13,12 +13,13 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
 .PHONY: demo test lint venv
 
-# The dev extra pulls in the sim extra (kubesim's dependencies), which `make demo` needs too.
-$(STAMP): pyproject.toml
+# The dev extra pulls in the sim extra (kubesim's dependencies), which `make demo` needs too;
+# the gpuportal CLI (cli/, its own small package) is installed alongside.
+$(STAMP): pyproject.toml cli/pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.11, 3.12 or 3.13 is needed (none found on PATH)" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' -e ./cli
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -8,6 +8,7 @@ from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from jobs.selectors import usage_rows_for_projects
 from portal.api import TenantScopedViewSet, router
@@ -15,7 +16,7 @@ from quotas.selectors import quota_rows_for_projects
 from tenants.filters import MembershipFilter, ProjectFilter
 from tenants.models import Membership, Project, Role
 from tenants.permissions import can_manage_members
-from tenants.selectors import project_list_visible_to, with_my_role
+from tenants.selectors import membership_list_of_user, project_list_visible_to, with_my_role
 from tenants.services import membership_add, membership_change_role, membership_remove
 
 
@@ -234,6 +235,45 @@ class MembershipViewSet(
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         membership_remove(actor=request.user, membership=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MyProjectSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+class MeSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    is_staff = serializers.BooleanField()
+    authenticated_by = serializers.ChoiceField(choices=["token", "session"])
+    token_expiry = serializers.DateTimeField(
+        allow_null=True, help_text="When the token of this request expires; null if never."
+    )
+    projects = MyProjectSerializer(many=True, help_text="Projects you belong to, with your role.")
+
+
+class MeView(APIView):
+    """Who you are: username, the expiry of the token you used, your projects and roles.
+
+    About the caller only, so it is outside the tenant-scoped router (nothing to scope).
+    """
+
+    @extend_schema(responses={200: MeSerializer})
+    def get(self, request: Request) -> Response:
+        token = request.auth if hasattr(request.auth, "expiry") else None
+        memberships = membership_list_of_user(user=request.user)
+        body = {
+            "username": request.user.get_username(),
+            "is_staff": request.user.is_staff,
+            "authenticated_by": "token" if token is not None else "session",
+            "token_expiry": token.expiry if token is not None else None,
+            "projects": [
+                {"slug": m.project.slug, "name": m.project.name, "role": m.role}
+                for m in memberships
+            ],
+        }
+        return Response(MeSerializer(body).data)
 
 
 router.register("projects", ProjectViewSet, basename="projects")

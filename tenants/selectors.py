@@ -55,6 +55,15 @@ def membership_list_visible_to(*, user: Any) -> QuerySet:
     )
 
 
+def membership_list_of_user(*, user: Any) -> QuerySet:
+    """The user's own memberships, with their projects, by project slug."""
+    return (
+        Membership.objects.filter(user_id=user.pk)
+        .select_related("project")
+        .order_by("project__slug")
+    )
+
+
 def membership_list_for_project(*, project: Project) -> QuerySet:
     return (
         Membership.objects.filter(project=project).select_related("user").order_by("user__username")
