@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 JOB_CHANNEL_PREFIX = "portal:jobs:"
 KEEPALIVE_SECONDS = 15.0
+SUBSCRIBE_WAIT_SECONDS = 5.0
 QUEUE_LIMIT = 256  # a stream this far behind is a dead client; drop its oldest notices
 
 
@@ -48,6 +49,8 @@ class LiveHub:
         self.url = url
         self.subscribers: set[Subscriber] = set()
         self._task: asyncio.Task | None = None
+        # Set while the Redis subscription is active: notices published before it are lost.
+        self.subscribed = asyncio.Event()
 
     def add(self, subscriber: Subscriber) -> None:
         self.subscribers.add(subscriber)
@@ -89,6 +92,7 @@ class LiveHub:
             pubsub = client.pubsub()
             try:
                 await pubsub.psubscribe(JOB_CHANNEL_PREFIX + "*")
+                self.subscribed.set()
                 delay = 0.5
                 while self.subscribers:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
@@ -104,6 +108,7 @@ class LiveHub:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
             finally:
+                self.subscribed.clear()
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
                     await client.aclose()
@@ -132,6 +137,10 @@ async def event_stream(live: LiveHub, subscriber: Subscriber) -> AsyncIterator[s
     """The text/event-stream body: a hello, then one `job` event per notice, keep-alives."""
     live.add(subscriber)
     try:
+        # Say hello only once notices can reach this stream, so a page that saw the hello misses
+        # nothing; if Redis is slow to answer, go on (the stream still serves later notices).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(live.subscribed.wait(), SUBSCRIBE_WAIT_SECONDS)
         # retry: how long the browser waits before reconnecting after a drop.
         yield "retry: 2000\n" + sse_event("hello", {"live": True})
         while True:

@@ -40,6 +40,7 @@ def test_event_stream_says_hello_then_sends_job_events():
     async def scenario():
         hub = LiveHub("redis://unused")
         hub._task = asyncio.get_running_loop().create_future()  # no Redis pump in this test
+        hub.subscribed.set()
         subscriber = Subscriber(projects=None)
         stream = event_stream(hub, subscriber)
         hello = await anext(stream)
