@@ -66,6 +66,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "portal.urls"
 WSGI_APPLICATION = "portal.wsgi.application"
+ASGI_APPLICATION = "portal.asgi.application"
 
 TEMPLATES = [
     {
@@ -209,6 +210,9 @@ PORTAL_PUBSUB_URL = env.str(
     "PORTAL_PUBSUB_URL",
     default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "",
 )
+# /metrics (Prometheus): with a token, scrapers send "Authorization: Bearer <token>"; without,
+# only loopback callers and staff sessions may read it.
+PORTAL_METRICS_TOKEN = env.str("PORTAL_METRICS_TOKEN", default="")
 # The watcher's leader-election Lease (coordination.k8s.io/v1) and its timings (seconds).
 PORTAL_WATCHER_LEASE_NAMESPACE = env.str("PORTAL_WATCHER_LEASE_NAMESPACE", default="kube-system")
 PORTAL_WATCHER_LEASE_NAME = env.str("PORTAL_WATCHER_LEASE_NAME", default="gpu-portal-watcher")

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from portal.api import load_api_modules, router
 from portal.health import healthz
+from portal.observability import metrics_view
 
 # Each app's api.py registers its viewsets into the shared router; import them before routing.
 load_api_modules()
@@ -19,4 +20,5 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
 ]
