@@ -11,6 +11,7 @@ page's script then polls instead.
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async
+from django.db import connections
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 
 from jobs.selectors import job_list_visible_to
@@ -49,6 +50,10 @@ async def job_stream(request: HttpRequest) -> HttpResponse:
     subscriber = await sync_to_async(_subscriber_for)(
         user, request.GET.get("project"), request.GET.get("job")
     )
+    # A stream stays open for hours and never queries again: give its database connection back
+    # now (Django would only close it when the response ends; 1,000 pages would exhaust the
+    # server's connections). Runs in this request's thread, which holds the connection.
+    await sync_to_async(connections.close_all)()
     hub = live.hub()
     if hub is None:
         return HttpResponse(status=204)

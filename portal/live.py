@@ -149,6 +149,10 @@ async def event_stream(live: LiveHub, subscriber: Subscriber) -> AsyncIterator[s
             except TimeoutError:
                 yield ": keep-alive\n\n"
                 continue
-            yield sse_event("job", message)
+            # Under load several notices wait: send them in one write (one ASGI message).
+            chunk = [sse_event("job", message)]
+            while not subscriber.queue.empty():
+                chunk.append(sse_event("job", subscriber.queue.get_nowait()))
+            yield "".join(chunk)
     finally:
         live.remove(subscriber)
