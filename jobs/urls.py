@@ -1,9 +1,10 @@
 from django.urls import path
 
-from jobs import log_views, views
+from jobs import live_views, log_views, views
 
 urlpatterns = [
     path("", views.JobListView.as_view(), name="job-list"),
+    path("live/", live_views.job_stream, name="job-live"),
     path("new/", views.JobSubmitView.as_view(), name="job-submit"),
     path("<int:pk>/", views.JobDetailView.as_view(), name="job-detail"),
     path("<int:pk>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),

@@ -44,3 +44,8 @@ def publish(channel: str, message: dict[str, Any]) -> bool:
     except Exception:  # redis raises several types; liveness is not worth failing a write
         log.warning("could not publish on %s", channel, exc_info=True)
         return False
+
+
+def redis_client():
+    """The shared Redis client for pub/sub and the metrics store, or None when not configured."""
+    return _redis()

@@ -75,6 +75,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "portal.urls"
 WSGI_APPLICATION = "portal.wsgi.application"
+ASGI_APPLICATION = "portal.asgi.application"
 
 TEMPLATES = [
     {
@@ -95,6 +96,17 @@ DATABASES = {
     "default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'portal.sqlite3'}"),
 }
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=0))
+# PostgreSQL connection pool per process (psycopg_pool), e.g. 20 for an ASGI web process: each
+# request then borrows a connection instead of opening one, so a burst of page loads or live
+# streams reconnecting cannot exceed the server's max_connections. 0 = no pool.
+DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=0)
+if DATABASE_POOL_MAX_SIZE and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django refuses persistent connections with a pool
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": 30,
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -261,6 +273,9 @@ PORTAL_PUBSUB_URL = env.str(
     "PORTAL_PUBSUB_URL",
     default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "",
 )
+# /metrics (Prometheus): with a token, scrapers send "Authorization: Bearer <token>"; without,
+# only loopback callers and staff sessions may read it.
+PORTAL_METRICS_TOKEN = env.str("PORTAL_METRICS_TOKEN", default="")
 # The watcher's leader-election Lease (coordination.k8s.io/v1) and its timings (seconds).
 PORTAL_WATCHER_LEASE_NAMESPACE = env.str("PORTAL_WATCHER_LEASE_NAMESPACE", default="kube-system")
 PORTAL_WATCHER_LEASE_NAME = env.str("PORTAL_WATCHER_LEASE_NAME", default="gpu-portal-watcher")

@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from portal.api import load_api_modules, router
 from portal.health import healthz
 from tenants.api import MeView
+from portal.observability import metrics_view
 
 # Each app's api.py registers its viewsets into the shared router; import them before routing.
 load_api_modules()
@@ -21,6 +22,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
 ]
 
 # /api/ answers its errors in the API's JSON shape, even those Django raises before a view.

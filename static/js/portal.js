@@ -27,3 +27,31 @@ document.addEventListener("htmx:sendError", function () {
   note.textContent = "The portal could not be reached; check your connection and try again.";
   main.prepend(note);
 });
+
+// Live pages: an element with sse-connect holds the page's one event stream; elements inside it
+// marked data-live-poll re-fetch on "sse:job". While the stream is not open (no pub/sub on this
+// server, a dropped connection, a proxy that buffers) they are polled instead, every 5 s.
+var LIVE_POLL_MS = 5000;
+function liveRoot(element) {
+  return element.closest ? element.closest("[sse-connect]") || element : element;
+}
+function startLivePolling(root) {
+  if (root.livePoll) return;
+  root.livePoll = setInterval(function () {
+    root.querySelectorAll("[data-live-poll]").forEach(function (element) {
+      htmx.trigger(element, "live:poll");
+    });
+  }, LIVE_POLL_MS);
+}
+function stopLivePolling(root) {
+  clearInterval(root.livePoll);
+  root.livePoll = null;
+}
+document.addEventListener("htmx:sseOpen", function (event) {
+  stopLivePolling(liveRoot(event.target));
+});
+["htmx:sseError", "htmx:sseClose"].forEach(function (name) {
+  document.addEventListener(name, function (event) {
+    startLivePolling(liveRoot(event.target));
+  });
+});

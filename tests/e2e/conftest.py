@@ -5,6 +5,7 @@ The worker is a separate process, so tests using it are transactional
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kubesim.testing import KubesimProcess
+from tests.asgi_server import session_cookie, start_asgi_server
 
 REPO = Path(__file__).resolve().parents[2]
 # A Redis database of its own so other suites' queues never mix with these.
@@ -197,3 +199,80 @@ def e2e_org(worker_factory):
     MembershipFactory(user=bob, project=alpha, role="member")
     MembershipFactory(user=oscar, project=beta, role="admin")
     return {"alpha": alpha, "beta": beta, "pool": pool, "bob": bob, "oscar": oscar}
+
+
+# --- browser tests: Playwright driving Debian's chromium (headless) against the portal under a
+# real ASGI server, publishing and streaming through the e2e Redis ---------------------------
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+CHROMIUM = os.environ.get("PORTAL_CHROMIUM", "/usr/bin/chromium")
+
+
+def chromium_path() -> str:
+    found = shutil.which(CHROMIUM) or (CHROMIUM if Path(CHROMIUM).exists() else None)
+    if not found:
+        pytest.fail(
+            f"No chromium at {CHROMIUM}: `make test` installs Debian's chromium package "
+            "(scripts/ensure-services.sh); set PORTAL_CHROMIUM to use another one."
+        )
+    return found
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop in this thread; Django would then refuse every
+    # database call of the test. The loop never runs Django code, so that refusal is moot here.
+    saved = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=chromium_path(),
+            headless=True,
+            # Root in a container has no user namespace for chromium's sandbox.
+            args=["--no-sandbox", "--disable-dev-shm-usage"],
+        )
+        yield browser
+        browser.close()
+    if saved is None:
+        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    else:
+        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = saved
+
+
+@pytest.fixture
+def portal_server(tmp_path, worker_factory):
+    """The ASGI server publishing and streaming through the e2e Redis, plus a worker with beat."""
+    worker_factory(beat_seconds=1)
+    server = start_asgi_server(
+        tmp_path, PORTAL_PUBSUB_URL=E2E_REDIS_URL, CELERY_BROKER_URL=E2E_REDIS_URL
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def page_for(browser, portal_server):
+    """A signed-in browser page for a user; screenshots go to tests/artifacts/."""
+    contexts = []
+
+    def open_as(user):
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        name, value = next(iter(session_cookie(user).items()))
+        context.add_cookies([{"name": name, "value": value, "url": portal_server.url}])
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        return page
+
+    yield open_as
+    for context in contexts:
+        context.close()
+
+
+def screenshot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path

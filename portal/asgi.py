@@ -1,0 +1,12 @@
+"""The ASGI entry point: the web server for every page, the API and the live event streams.
+
+Production runs it under gunicorn with uvicorn workers (docker-compose.yml); the streams are
+async views, so an open page costs an idle connection, not a thread.
+"""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+application = get_asgi_application()
