@@ -5,8 +5,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from portal.api import load_api_modules, router
 from portal.health import healthz
-from tenants.api import MeView
 from portal.observability import metrics_view
+from tenants.api import MeView
 
 # Each app's api.py registers its viewsets into the shared router; import them before routing.
 load_api_modules()
