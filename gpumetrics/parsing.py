@@ -115,6 +115,19 @@ def _usable(value: float | None) -> bool:
     return value is not None and not math.isnan(value) and not math.isinf(value)
 
 
+def _store_value(
+    result: ParseResult, device: DeviceReading, name: str, text: str, line: str
+) -> None:
+    try:
+        value = float(text)
+    except ValueError:
+        result.note(f"{name}: not a number: {line[:160]}")
+        return
+    if _usable(value):
+        device.fields[name] = value
+        result.samples += 1
+
+
 def parse_scrape(text: str, result: ParseResult | None = None) -> ParseResult:
     """Readings per device from one exporter's /metrics text (added to `result` if given).
 
@@ -136,36 +149,19 @@ def parse_scrape(text: str, result: ParseResult | None = None) -> ParseResult:
             continue  # families the portal does not read are never parsed
         close = line.rfind("}")
         label_text = line[brace + 1 : close] if 0 < brace < close else None
-        device = devices_by_label_text.get(label_text) if label_text is not None else None
+        device = None
+        if label_text is not None:
+            device = devices_by_label_text.get(label_text)
+            if device is None and label_text in _LABELS_SEEN:
+                # A label set prometheus_client already parsed in an earlier scrape.
+                device = _device_for(result, name, _LABELS_SEEN[label_text])
+                if device is not None:
+                    devices_by_label_text[label_text] = device
         if device is not None:
             rest = line[close + 1 :].split()
-            if 1 <= len(rest) <= 2:
-                try:
-                    value = float(rest[0])
-                except ValueError:
-                    result.note(f"{name}: not a number: {line[:160]}")
-                    continue
-                if _usable(value):
-                    device.fields[name] = value
-                    result.samples += 1
+            if 1 <= len(rest) <= 2:  # value [timestamp]
+                _store_value(result, device, name, rest[0], line)
                 continue
-        known = _LABELS_SEEN.get(label_text) if label_text is not None else None
-        if known is not None:
-            # A label set prometheus_client already parsed in an earlier scrape.
-            device = _device_for(result, name, known)
-            if device is not None:
-                devices_by_label_text[label_text] = device
-                rest = line[close + 1 :].split()
-                if 1 <= len(rest) <= 2:
-                    try:
-                        value = float(rest[0])
-                    except ValueError:
-                        result.note(f"{name}: not a number: {line[:160]}")
-                        continue
-                    if _usable(value):
-                        device.fields[name] = value
-                        result.samples += 1
-                    continue
         for sample in _parse_line(name, line, result):
             device = _device_for(result, sample.name, sample.labels)
             if device is None:

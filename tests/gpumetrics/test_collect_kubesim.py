@@ -219,6 +219,9 @@ def test_sweep_attributes_stores_and_serves(kube, sim, running, personas, api_cl
     csv_text = member.get(usage_url, {"group_by": "day", "format": "csv"}).content.decode()
     assert csv_text.splitlines()[0] == "day,jobs,gpu_hours_held,gpu_hours_used,util_mean"
     assert len(csv_text.splitlines()) >= 2
+    (pool_row,) = member.get(usage_url, {"group_by": "pool"}).json()["rows"]
+    assert pool_row["pool"] == "NVIDIA H100 80GB HBM3"  # no pool chosen: the GPU model
+    assert pool_row["gpu_hours_held"] == pytest.approx(row["gpu_hours_held"])
     assert api_client_for(personas.outsider).get(usage_url).status_code == 404
     assert member.get(usage_url, {"group_by": "month"}).status_code == 400
 
