@@ -140,9 +140,7 @@ class JobMetricsViewSet(TenantScopedViewSet):
     )
     def list(self, request, job_pk=None):
         """GPU metrics of one job: every series per GPU (or MIG instance) it ran on."""
-        job = get_object_or_404(self.get_queryset(), pk=job_pk) if str(job_pk).isdigit() else None
-        if job is None:
-            return Response({"detail": "Not found."}, status=404)
+        job = get_object_or_404(self.get_queryset(), pk=job_pk)
         params = request.query_params
         names = [s.strip() for s in (params.get("series") or "").split(",") if s.strip()]
         unknown = [s for s in names if s not in SERIES_NAMES]
@@ -254,7 +252,9 @@ class ProjectUsageViewSet(TenantScopedViewSet):
         )
 
 
-router.register(r"jobs/(?P<job_pk>[^/.]+)/metrics", JobMetricsViewSet, basename="job-metrics")
+router.register(r"jobs/(?P<job_pk>[0-9]+)/metrics", JobMetricsViewSet, basename="job-metrics")
 router.register(
-    r"projects/(?P<project_slug>[^/.]+)/usage", ProjectUsageViewSet, basename="project-usage"
+    r"projects/(?P<project_slug>[a-z0-9]([-a-z0-9]*[a-z0-9])?)/usage",
+    ProjectUsageViewSet,
+    basename="project-usage",
 )
