@@ -180,11 +180,17 @@ def whoami(client: Client, as_json: bool) -> None:
 # --- catalogue ------------------------------------------------------------------------------
 
 
-def _quota_use(row: dict) -> str:
-    for key in ("in_use", "used"):
-        if key in row and row[key] is not None:
-            return str(row[key])
-    return "-"
+def _in_use(project: dict, quota: dict) -> str:
+    """What the project uses of one quota row now (the cluster's queue status)."""
+    used = [
+        row["in_use"]
+        for row in project.get("usage") or []
+        if row.get("resource") == quota.get("resource") and row.get("pool") in ("", quota["pool"])
+    ]
+    if not used:
+        return "-"
+    total = sum(float(value) for value in used)
+    return str(int(total)) if total.is_integer() else f"{total:g}"
 
 
 @cli.command()
@@ -209,7 +215,7 @@ def projects(client: Client, as_json: bool) -> None:
                     project.get("my_role"),
                     quota.get("pool"),
                     quota.get("resource"),
-                    _quota_use(quota),
+                    _in_use(project, quota),
                     quota.get("nominal"),
                     limit,
                 ]
@@ -480,19 +486,12 @@ def jobs(
                 )
 
 
-def _explanation(job: dict) -> str | None:
-    for key in ("explanation", "pending_explanation", "why"):
-        if job.get(key):
-            return str(job[key])
-    return None
-
-
 def _position(job: dict) -> str | None:
     position = job.get("queue_position")
-    if isinstance(position, dict):
-        parts = [f"{value} in {key}" for key, value in position.items() if value is not None]
-        return ", ".join(parts) or None
-    return str(position) if position not in (None, "") else None
+    if position is None:
+        return None
+    length = job.get("queue_length")
+    return f"{position} of {length} in the queue" if length else f"{position} in the queue"
 
 
 @cli.command()
@@ -527,8 +526,8 @@ def status(client: Client, job_id: int, n_events: int, as_json: bool) -> None:
     )
     if job.get("state_message"):
         click.echo(f"Message:   {job['state_message']}")
-    if _explanation(job):
-        click.echo(f"Why:       {_explanation(job)}")
+    if job.get("explanation"):
+        click.echo(f"Why:       {job['explanation']}")
     if _position(job):
         click.echo(f"Position:  {_position(job)}")
     click.echo(f"Pool:      {job.get('pool') or 'any'}   Priority: {job.get('priority')}")
@@ -596,7 +595,10 @@ def logs(
 
 @cli.command()
 @click.argument("job_id", metavar="JOB", type=int)
-@click.option("--series", help="Comma-separated series, e.g. gpu_util,fb_used; omit for summary.")
+@click.option(
+    "--series",
+    help="Comma-separated series, e.g. util,fb_used (see the API docs); omit for the summary.",
+)
 @click.option("--since", help="ISO time or a duration ago, e.g. 1h.")
 @click.option("--until", help="ISO time.")
 @click.option("--step", help="Resolution in seconds, e.g. 60.")
@@ -616,7 +618,7 @@ def metrics(
     \b
     Examples:
       gpuportal metrics 42
-      gpuportal metrics 42 --series gpu_util --step 60 --json
+      gpuportal metrics 42 --series util,tensor --step 60
     """
     if since:
         # A duration ("1h") means that long ago; anything else goes to the portal as given.
@@ -640,23 +642,18 @@ def metrics(
             click.echo(f"{key.replace('_', ' '):<28} {value}")
         return
     rows = []
-    for entry in body.get("series", []):
-        label = entry.get("gpu") or entry.get("gpu_uuid") or "-"
-        for point in entry.get("points", []):
-            when, value = (
-                (point[0], point[1])
-                if isinstance(point, list)
-                else (point.get("t"), point.get("v"))
-            )
-            rows.append(
-                [
-                    entry.get("name") or entry.get("series"),
-                    entry.get("pod"),
-                    label,
-                    short_time(str(when)),
-                    value,
-                ]
-            )
+    wanted = [name.strip() for name in series.split(",") if name.strip()]
+    for device in body.get("devices", []):
+        gpu = device.get("uuid", "-")
+        if device.get("mig_instance_id"):
+            gpu = f"{gpu}/{device['mig_instance_id']} ({device.get('mig_profile')})"
+        means = device.get("mean") or {}
+        for index, stamp in enumerate(device.get("timestamps") or []):
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(stamp))
+            for name in wanted:
+                values = means.get(name) or []
+                value = values[index] if index < len(values) else None
+                rows.append([name, device.get("pod"), gpu, when, value])
     echo_table(["series", "pod", "gpu", "time", "value"], rows, "No samples in that range.")
 
 
