@@ -120,6 +120,11 @@ def test_a_failing_job_makes_wait_exit_with_the_failed_job_code(portal):
     )
     waited = gpuportal(portal, "wait", str(submitted["id"]))
     assert waited.returncode == EXIT_JOB_FAILED, waited.stderr
+    logs = gpuportal(portal, "logs", str(submitted["id"]))
+    assert logs.returncode == EXIT_OK, logs.stderr
+    assert "about to fail" in logs.stdout
+    as_text = as_json(gpuportal(portal, "logs", str(submitted["id"]), "--json"))
+    assert "about to fail" in as_text["log"]
     assert f"Job {submitted['id']}" in waited.stdout
     assert "failed" in waited.stdout
 
@@ -227,3 +232,58 @@ def test_login_checks_the_token_and_stores_it_privately(portal, tmp_path):
     stored = tmp_path / "config" / "gpuportal" / "config.json"
     assert oct(stored.stat().st_mode & 0o777) == "0o600"
     assert gpuportal(env, "whoami").stdout.startswith("User:    bob")
+
+
+def test_logs_follow_streams_until_the_job_ends(portal):
+    import time
+
+    submitted = as_json(
+        gpuportal(
+            portal,
+            "submit",
+            "-p",
+            "alpha",
+            "--image",
+            IMAGE,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo first line; sleep 1500; echo last line",
+        )
+    )
+    job_id = str(submitted["id"])
+    deadline = time.monotonic() + 120
+    while as_json(gpuportal(portal, "status", job_id, "--json"))["state"] != "running":
+        assert time.monotonic() < deadline, "the job never ran"
+        time.sleep(1)
+    started = time.monotonic()
+    followed = gpuportal(portal, "logs", job_id, "-f", timeout=180)
+    assert followed.returncode == EXIT_OK, followed.stderr
+    assert "first line" in followed.stdout
+    assert "last line" in followed.stdout  # printed only when the pod ends (15 s at speed 100)
+    assert time.monotonic() - started > 3  # it waited for the end instead of returning at once
+
+
+def test_metrics_and_usage_outputs_parse(portal):
+    submitted = as_json(
+        gpuportal(
+            portal,
+            "submit",
+            "-p",
+            "alpha",
+            "--image",
+            IMAGE,
+            "--wait",
+            "--json",
+            "--",
+            "python",
+            "train.py",
+        )
+    )
+    metrics = as_json(gpuportal(portal, "metrics", str(submitted["id"]), "--json"))
+    assert metrics["job"] == submitted["id"]
+    projects = as_json(gpuportal(portal, "projects", "--json"))
+    assert "usage" in projects[0]
+    table = gpuportal(portal, "projects")
+    assert table.stdout.splitlines()[0].split()[:4] == ["PROJECT", "ROLE", "POOL", "RESOURCE"]
