@@ -48,6 +48,11 @@ class ProjectSerializer(serializers.ModelSerializer):
         help_text="Your role in the project; null for staff who are not members.",
     )
     quotas = serializers.SerializerMethodField(help_text="Quota per GPU pool and resource.")
+    run_as_uid = serializers.IntegerField(
+        read_only=True,
+        help_text="Under Pod Security 'restricted', the uid, gid and fsGroup of the project's "
+        "pods (the first of the project's 10,000 ids).",
+    )
 
     class Meta:
         model = Project
@@ -59,6 +64,8 @@ class ProjectSerializer(serializers.ModelSerializer):
             "department",
             "namespace",
             "default_gang_backend",
+            "pod_security",
+            "run_as_uid",
             "my_role",
             "quotas",
             "created_at",
