@@ -68,6 +68,11 @@ class ProjectSerializer(serializers.ModelSerializer):
     usage = serializers.SerializerMethodField(
         help_text="Use against quota now, from the cluster's queue status (kept by the watcher)."
     )
+    run_as_uid = serializers.IntegerField(
+        read_only=True,
+        help_text="Under Pod Security 'restricted', the uid, gid and fsGroup of the project's "
+        "pods (the first of the project's 10,000 ids).",
+    )
 
     class Meta:
         model = Project
@@ -79,6 +84,8 @@ class ProjectSerializer(serializers.ModelSerializer):
             "department",
             "namespace",
             "default_gang_backend",
+            "pod_security",
+            "run_as_uid",
             "my_role",
             "quotas",
             "usage",

@@ -129,3 +129,10 @@ def test_project_page_and_admin_show_the_choice(personas, web_client_for):
     change = admin.get(f"/admin/tenants/project/{personas.project_a.pk}/change/")
     assert 'name="pod_security"' in change.content.decode()
     assert str(personas.project_a.run_as_uid) in change.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_api_shows_the_level_and_the_uid(personas, api_client_for):
+    body = api_client_for(personas.viewer).get("/api/v1/projects/alpha/").json()
+    assert body["pod_security"] == "restricted"
+    assert body["run_as_uid"] == project_uid_range(personas.project_a.pk).start

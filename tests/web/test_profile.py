@@ -52,8 +52,17 @@ def test_create_token_shows_it_once_and_it_works(personas, web_client_for):
     assert api.get("/api/v1/projects/alpha/").json()["my_role"] == "member"
 
 
-def test_token_that_never_expires(personas, web_client_for):
-    web_client_for(personas.member).post("/profile/", {"expires_in_days": ""})
+def test_blank_lifetime_is_the_site_default_and_never_only_if_the_site_says(
+    personas, web_client_for, settings
+):
+    client = web_client_for(personas.member)
+    client.post("/profile/", {"expires_in_days": ""})
+    token = AuthToken.objects.get(user=personas.member)
+    assert token.expiry is not None  # tokens no longer live forever by default
+    assert timedelta(days=89) < token.expiry - token.created <= timedelta(days=90)
+    settings.PORTAL_TOKEN_TTL_DAYS = 0
+    token.delete()
+    client.post("/profile/", {"expires_in_days": ""})
     assert AuthToken.objects.get(user=personas.member).expiry is None
 
 
