@@ -331,6 +331,17 @@ def test_a_preempted_job_shows_preempted_then_requeues_and_runs(
     assert states.index("preempted") < len(states) - 1, states
     assert states[-1] == "running", states
     assert_no_duplicates(low["id"])
+    # Logs of a gang by rank; a container that never restarted has no previous log (said so).
+    wait_for(
+        lambda: job_row(low["id"]).pod_records.filter(rank=1, deleted=False).exists(),
+        what="the requeued gang's rank-1 pod",
+    )
+    by_rank = client.get(f"/api/v1/jobs/{low['id']}/logs/?rank=1&tail=5")
+    assert by_rank.status_code == 200
+    assert job_row(low["id"]).pod_records.get(name=by_rank["X-Pod"], deleted=False).rank == 1
+    previous = client.get(f"/api/v1/jobs/{low['id']}/logs/?previous=true")
+    assert previous.status_code == 400
+    assert "previous" in previous.content.decode().lower()
 
 
 def test_jobs_converge_after_leader_kill_expired_history_and_api_outage(
