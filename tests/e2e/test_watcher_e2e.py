@@ -378,3 +378,31 @@ def test_jobs_converge_after_leader_kill_expired_history_and_api_outage(
         assert_no_duplicates(job_id)
     keys = list(JobEvent.objects.exclude(dedupe_key=None).values_list("dedupe_key", flat=True))
     assert len(keys) == len(set(keys))
+
+
+def test_a_volcano_gang_runs_to_success_with_each_rank_recorded(
+    e2e_org, worker_factory, watcher_factory
+):
+    worker_factory()
+    sync_quotas_and_wait(e2e_org)
+    watcher_factory()
+    client = api_as(e2e_org["bob"])
+    gang = submit(
+        client,
+        kind="gang",
+        gpus=2,
+        replicas=3,
+        backend="volcano",
+        command=["sh", "-c", "echo rank $RANK of $WORLD_SIZE; sleep 600"],
+    )
+    done = wait_state(gang["id"], {"succeeded", "failed"}, timeout=180)
+    assert done.state == "succeeded", done.state_message
+    states = [to for _, to in transitions(gang["id"])]
+    assert states.index("running") < states.index("succeeded"), states
+    assert_no_duplicates(gang["id"])
+    pods = wait_for(
+        lambda: (rows := list(done.pod_records.order_by("rank"))) and len(rows) == 3 and rows,
+        what="three pod rows",
+    )
+    assert [p.rank for p in pods] == [0, 1, 2]
+    assert all(len(p.gpu_uuids) == 2 and p.exit_code == 0 for p in pods)
