@@ -342,7 +342,9 @@ class Processor(threading.Thread):
         if self.explained.get(job.pk) == key:
             return  # nothing it depends on changed
         self.explained[job.pk] = key
-        standing = queues.standing_for(job, self.objects[CLUSTER_QUEUE], self._quotas())
+        standing = queues.standing_for(
+            job, self.objects[CLUSTER_QUEUE], self._quotas(), self.objects[VOLCANO_QUEUE]
+        )
         request = explain.request_for(
             gpus=job.gpus,
             replicas=job.replicas if job.kind == "gang" else 1,
