@@ -234,8 +234,10 @@ def test_a_job_moves_through_queued_running_succeeded_with_position_and_explanat
     assert states[-1] == "succeeded", states
     assert states.index("queued") < states.index("running") < states.index("succeeded"), states
     assert_no_duplicates(waiting["id"])
-    lines = cluster_lines(waiting["id"])
-    assert any("was placed on node" in message for _, message, _ in lines), lines
+    wait_for(
+        lambda: any("was placed on node" in m for _, m, _ in cluster_lines(waiting["id"])),
+        what="the scheduling event in the timeline",
+    )
     pod = job_row(waiting["id"]).pod_records.get()
     assert pod.node, pod.__dict__
     assert len(pod.gpu_uuids) == 8, pod.__dict__
@@ -323,7 +325,11 @@ def test_a_preempted_job_shows_preempted_then_requeues_and_runs(
         lambda: "preempted" in [to for _, to in transitions(low["id"])],
         what="the low-priority job to show Preempted",
     )
-    assert any(reason == "Preempted" for reason, _, _ in cluster_lines(low["id"]))
+    # Timeline lines from Events follow the state writes (they wait while changes are pending).
+    wait_for(
+        lambda: any(reason == "Preempted" for reason, _, _ in cluster_lines(low["id"])),
+        what="the preemption in the timeline",
+    )
     wait_state(high["id"], {"succeeded"}, timeout=180)
     again = wait_state(low["id"], {"running", "failed"}, timeout=180)
     assert again.state == "running", again.state_message
@@ -393,7 +399,8 @@ def test_a_volcano_gang_runs_to_success_with_each_rank_recorded(
         gpus=2,
         replicas=3,
         backend="volcano",
-        command=["sh", "-c", "echo rank $RANK of $WORLD_SIZE; sleep 600"],
+        # Long enough (15 s at speed 100) that a loaded machine still sees it running.
+        command=["sh", "-c", "echo rank $RANK of $WORLD_SIZE; sleep 1500"],
     )
     done = wait_state(gang["id"], {"succeeded", "failed"}, timeout=180)
     assert done.state == "succeeded", done.state_message
