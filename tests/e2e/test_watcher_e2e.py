@@ -238,7 +238,10 @@ def test_a_job_moves_through_queued_running_succeeded_with_position_and_explanat
         lambda: any("was placed on node" in m for _, m, _ in cluster_lines(waiting["id"])),
         what="the scheduling event in the timeline",
     )
-    pod = job_row(waiting["id"]).pod_records.get()
+    pod = wait_for(
+        lambda: job_row(waiting["id"]).pod_records.filter(exit_code=0).first(),
+        what="the finished pod's row",
+    )
     assert pod.node, pod.__dict__
     assert len(pod.gpu_uuids) == 8, pod.__dict__
     assert len(pod.gpu_indices) == 8
