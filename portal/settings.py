@@ -279,7 +279,8 @@ PORTAL_METRICS_TOKEN = env.str("PORTAL_METRICS_TOKEN", default="")
 # The watcher's leader-election Lease (coordination.k8s.io/v1) and its timings (seconds).
 PORTAL_WATCHER_LEASE_NAMESPACE = env.str("PORTAL_WATCHER_LEASE_NAMESPACE", default="kube-system")
 PORTAL_WATCHER_LEASE_NAME = env.str("PORTAL_WATCHER_LEASE_NAME", default="gpu-portal-watcher")
-PORTAL_WATCHER_LEASE_SECONDS = env.float("PORTAL_WATCHER_LEASE_SECONDS", default=10.0)
+# A standby takes over at most lease + 2 × renew after the leader's last renewal (≤ 12 s).
+PORTAL_WATCHER_LEASE_SECONDS = env.float("PORTAL_WATCHER_LEASE_SECONDS", default=8.0)
 PORTAL_WATCHER_RENEW_SECONDS = env.float("PORTAL_WATCHER_RENEW_SECONDS", default=2.0)
 # The watcher's own API pacing (it lists and reads more than a worker; 0 = off).
 PORTAL_WATCHER_KUBE_QPS = env.float("PORTAL_WATCHER_KUBE_QPS", default=100.0)

@@ -31,7 +31,7 @@ class LeaderElector:
         namespace: str,
         name: str,
         identity: str,
-        lease_seconds: float = 10.0,
+        lease_seconds: float = 8.0,
         renew_seconds: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ):

@@ -24,7 +24,7 @@ from django.db import close_old_connections, connection
 from django.db.utils import DatabaseError
 
 from jobs import explain
-from jobs.manifests import job_selector
+from jobs.manifests import job_selector, object_name
 from jobs.models import Job, WatchCursor
 from jobs.services import (
     InvalidTransition,
@@ -183,7 +183,7 @@ class Processor(threading.Thread):
     # ------------------------------------------------------------------ snapshot
     def snapshot(self, job: Job) -> ClusterSnapshot:
         ns = job.project.namespace
-        name = f"gp-job-{job.pk}"
+        name = object_name(job.pk)
         pods = [
             self.objects[POD][k] for k in sorted(self.pods_by_job.get(job.pk, ())) if k[0] == ns
         ]
@@ -342,7 +342,9 @@ class Processor(threading.Thread):
         if self.explained.get(job.pk) == key:
             return  # nothing it depends on changed
         self.explained[job.pk] = key
-        standing = queues.standing_for(job, self.objects[CLUSTER_QUEUE], self._quotas())
+        standing = queues.standing_for(
+            job, self.objects[CLUSTER_QUEUE], self._quotas(), self.objects[VOLCANO_QUEUE]
+        )
         request = explain.request_for(
             gpus=job.gpus,
             replicas=job.replicas if job.kind == "gang" else 1,

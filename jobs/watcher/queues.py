@@ -70,12 +70,25 @@ def _resource_of(job: Job) -> str:
     return job.mig_profile or "gpu"
 
 
-def _in_use(cqs: dict, slug: str, pool: str, resource: str) -> Decimal | None:
+def _kueue_in_use(cqs: dict, slug: str, pool: str, resource: str) -> Decimal | None:
     cq = cqs.get(("", cluster_queue_name(slug)))
     if cq is None:
         return None
     for row in cluster_queue_rows(cq):
         if row.pool == pool and row.resource == resource:
+            return row.in_use
+    return Decimal(0)
+
+
+def _volcano_in_use(vqs: dict, slug: str, resource: str) -> Decimal | None:
+    """A Volcano leaf Queue spans the project's pools: its allocation, whatever the pool."""
+    from quotas.manifests import volcano_project_queue_name
+
+    queue = vqs.get(("", volcano_project_queue_name(slug)))
+    if queue is None:
+        return None
+    for row in volcano_queue_rows(queue):
+        if row.resource == resource:
             return row.in_use
     return Decimal(0)
 
@@ -86,9 +99,20 @@ def project_quotas() -> list[ProjectQuota]:
 
 
 def standing_for(
-    job: Job, cqs: dict[tuple[str, str], dict[str, Any]], all_quotas: list[ProjectQuota]
+    job: Job,
+    cqs: dict[tuple[str, str], dict[str, Any]],
+    all_quotas: list[ProjectQuota],
+    vqs: dict[tuple[str, str], dict[str, Any]] | None = None,
 ) -> Standing | None:
+    """The project's use against its quota where the job waits: the ClusterQueue for Kueue
+    jobs, the project's Volcano Queue for Volcano gangs."""
     project: Project = job.project
+
+    def _in_use(cqs, slug, pool, resource):
+        if job.backend == "volcano":
+            return _volcano_in_use(vqs or {}, slug, resource)
+        return _kueue_in_use(cqs, slug, pool, resource)
+
     resource = _resource_of(job)
     quotas = [q for q in all_quotas if q.resource == resource]
     pool_slug = job.pool.slug if job.pool else ""

@@ -234,9 +234,14 @@ def test_a_job_moves_through_queued_running_succeeded_with_position_and_explanat
     assert states[-1] == "succeeded", states
     assert states.index("queued") < states.index("running") < states.index("succeeded"), states
     assert_no_duplicates(waiting["id"])
-    lines = cluster_lines(waiting["id"])
-    assert any("was placed on node" in message for _, message, _ in lines), lines
-    pod = job_row(waiting["id"]).pod_records.get()
+    wait_for(
+        lambda: any("was placed on node" in m for _, m, _ in cluster_lines(waiting["id"])),
+        what="the scheduling event in the timeline",
+    )
+    pod = wait_for(
+        lambda: job_row(waiting["id"]).pod_records.filter(exit_code=0).first(),
+        what="the finished pod's row",
+    )
     assert pod.node, pod.__dict__
     assert len(pod.gpu_uuids) == 8, pod.__dict__
     assert len(pod.gpu_indices) == 8
@@ -323,7 +328,11 @@ def test_a_preempted_job_shows_preempted_then_requeues_and_runs(
         lambda: "preempted" in [to for _, to in transitions(low["id"])],
         what="the low-priority job to show Preempted",
     )
-    assert any(reason == "Preempted" for reason, _, _ in cluster_lines(low["id"]))
+    # Timeline lines from Events follow the state writes (they wait while changes are pending).
+    wait_for(
+        lambda: any(reason == "Preempted" for reason, _, _ in cluster_lines(low["id"])),
+        what="the preemption in the timeline",
+    )
     wait_state(high["id"], {"succeeded"}, timeout=180)
     again = wait_state(low["id"], {"running", "failed"}, timeout=180)
     assert again.state == "running", again.state_message
@@ -331,6 +340,17 @@ def test_a_preempted_job_shows_preempted_then_requeues_and_runs(
     assert states.index("preempted") < len(states) - 1, states
     assert states[-1] == "running", states
     assert_no_duplicates(low["id"])
+    # Logs of a gang by rank; a container that never restarted has no previous log (said so).
+    wait_for(
+        lambda: job_row(low["id"]).pod_records.filter(rank=1, deleted=False).exists(),
+        what="the requeued gang's rank-1 pod",
+    )
+    by_rank = client.get(f"/api/v1/jobs/{low['id']}/logs/?rank=1&tail=5")
+    assert by_rank.status_code == 200
+    assert job_row(low["id"]).pod_records.get(name=by_rank["X-Pod"], deleted=False).rank == 1
+    previous = client.get(f"/api/v1/jobs/{low['id']}/logs/?previous=true")
+    assert previous.status_code == 400
+    assert "previous" in previous.content.decode().lower()
 
 
 def test_jobs_converge_after_leader_kill_expired_history_and_api_outage(
@@ -367,3 +387,32 @@ def test_jobs_converge_after_leader_kill_expired_history_and_api_outage(
         assert_no_duplicates(job_id)
     keys = list(JobEvent.objects.exclude(dedupe_key=None).values_list("dedupe_key", flat=True))
     assert len(keys) == len(set(keys))
+
+
+def test_a_volcano_gang_runs_to_success_with_each_rank_recorded(
+    e2e_org, worker_factory, watcher_factory
+):
+    worker_factory()
+    sync_quotas_and_wait(e2e_org)
+    watcher_factory()
+    client = api_as(e2e_org["bob"])
+    gang = submit(
+        client,
+        kind="gang",
+        gpus=2,
+        replicas=3,
+        backend="volcano",
+        # Long enough (15 s at speed 100) that a loaded machine still sees it running.
+        command=["sh", "-c", "echo rank $RANK of $WORLD_SIZE; sleep 1500"],
+    )
+    done = wait_state(gang["id"], {"succeeded", "failed"}, timeout=180)
+    assert done.state == "succeeded", done.state_message
+    states = [to for _, to in transitions(gang["id"])]
+    assert states.index("running") < states.index("succeeded"), states
+    assert_no_duplicates(gang["id"])
+    pods = wait_for(
+        lambda: (rows := list(done.pod_records.order_by("rank"))) and len(rows) == 3 and rows,
+        what="three pod rows",
+    )
+    assert [p.rank for p in pods] == [0, 1, 2]
+    assert all(len(p.gpu_uuids) == 2 and p.exit_code == 0 for p in pods)
