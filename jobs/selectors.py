@@ -172,26 +172,17 @@ def usage_rows_for_projects(*, projects: list[Project]) -> dict[int, list[Any]]:
 
 
 def gpus_in_use_per_pool() -> dict[str, int]:
-    """Whole GPUs in use per pool slug: Kueue usage by flavor; Volcano usage (which has no
-    pool) counts only when there is exactly one pool to put it in."""
+    """Whole GPUs in use per pool slug, from the Kueue (by flavor) and Volcano (one queue per
+    pool) usage rows the watcher keeps."""
     from django.db.models import Sum
 
     from jobs.models import QueueUsage
 
-    totals = list(
+    totals = (
         QueueUsage.objects.filter(resource="gpu")
-        .values("queue_kind", "pool")
+        .exclude(pool="")
+        .values("pool")
         .annotate(n=Sum("in_use"))
         .order_by()
     )
-    used: dict[str, int] = {}
-    pools: list[str] | None = None
-    for row in totals:
-        pool = row["pool"]
-        if not pool:  # a Volcano queue: only attributable when there is one pool
-            if pools is None:
-                pools = list(GpuPool.objects.values_list("slug", flat=True)[:2])
-            pool = pools[0] if len(pools) == 1 else ""
-        if pool:
-            used[pool] = used.get(pool, 0) + int(row["n"] or 0)
-    return used
+    return {row["pool"]: int(row["n"] or 0) for row in totals}

@@ -6,12 +6,15 @@ unlimited), in use = status.flavorsUsage total, reserved = status.flavorsReserva
 borrowed = flavorsUsage borrowed. What a ClusterQueue lends is what others of its cohort borrow,
 taken from the queues with unused guaranteed quota in name order (Kueue does not say which
 lender a borrower draws on; the split is ours, the totals are the cluster's).
-Volcano: guaranteed = spec.deserved, maximum = spec.capability, in use = status.allocated.
+Volcano: guaranteed = spec.deserved, maximum = spec.capability, in use = status.allocated; one
+leaf queue per project and pool (its pool label says which).
 """
 
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
+
+from portal.kube import labels as L
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -125,7 +128,8 @@ def with_lending(rows: list[UsageRow]) -> list[UsageRow]:
 def volcano_queue_rows(queue: dict[str, Any]) -> list[UsageRow]:
     meta, spec, status = queue.get("metadata") or {}, queue.get("spec") or {}, queue.get("status")
     name = meta.get("name") or ""
-    project = (meta.get("labels") or {}).get("gpu-portal.io/project") or ""
+    labels = meta.get("labels") or {}
+    project = labels.get(L.PROJECT_KEY) or ""
     if not project:
         return []  # department (parent) queues and foreign queues
     allocated = (status or {}).get("allocated") or {}
@@ -144,7 +148,7 @@ def volcano_queue_rows(queue: dict[str, Any]) -> list[UsageRow]:
                 queue_name=name,
                 project_slug=project,
                 cohort=spec.get("parent") or "",
-                pool="",
+                pool=labels.get(L.POOL_KEY) or "",  # one leaf queue per pool
                 resource=resource,
                 in_use=used,
                 guaranteed=guaranteed,

@@ -36,7 +36,7 @@ class QuotaRowSerializer(serializers.Serializer):
 
 
 class UsageRowSerializer(serializers.Serializer):
-    pool = serializers.CharField(help_text="GPU pool slug (empty for a Volcano gang queue).")
+    pool = serializers.CharField(help_text="GPU pool slug.")
     resource = serializers.CharField(help_text="'gpu' or a MIG profile name.")
     queue = serializers.CharField(source="queue_name")
     in_use = serializers.DecimalField(max_digits=12, decimal_places=3, coerce_to_string=False)

@@ -10,6 +10,7 @@ from jobs.explain import Standing
 from jobs.models import Job, QueueUsage
 from portal.kube.apply import KubeError
 from portal.kube.watch import pending_workloads
+from quotas.manifests import volcano_project_queue_name
 from quotas.models import GpuPool, ProjectQuota
 from quotas.usage import cluster_queue_rows, volcano_queue_rows, with_lending
 from tenants.models import Project
@@ -80,11 +81,9 @@ def _kueue_in_use(cqs: dict, slug: str, pool: str, resource: str) -> Decimal | N
     return Decimal(0)
 
 
-def _volcano_in_use(vqs: dict, slug: str, resource: str) -> Decimal | None:
-    """A Volcano leaf Queue spans the project's pools: its allocation, whatever the pool."""
-    from quotas.manifests import volcano_project_queue_name
-
-    queue = vqs.get(("", volcano_project_queue_name(slug)))
+def _volcano_in_use(vqs: dict, slug: str, pool: str, resource: str) -> Decimal | None:
+    """The allocation of the project's Volcano leaf Queue for the pool (one queue per pool)."""
+    queue = vqs.get(("", volcano_project_queue_name(slug, pool)))
     if queue is None:
         return None
     for row in volcano_queue_rows(queue):
@@ -110,12 +109,13 @@ def standing_for(
 
     def _in_use(cqs, slug, pool, resource):
         if job.backend == "volcano":
-            return _volcano_in_use(vqs or {}, slug, resource)
+            return _volcano_in_use(vqs or {}, slug, pool, resource)
         return _kueue_in_use(cqs, slug, pool, resource)
 
     resource = _resource_of(job)
     quotas = [q for q in all_quotas if q.resource == resource]
-    pool_slug = job.pool.slug if job.pool else ""
+    # A Volcano gang is pinned to the first of its eligible pools (jobs.manifests).
+    pool_slug = job.pool.slug if job.pool else next(iter(job.eligible_pools or ()), "")
     own = [q for q in quotas if q.project_id == project.pk]
     if not pool_slug and own:
         pool_slug = own[0].pool.slug

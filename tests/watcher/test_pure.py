@@ -116,13 +116,16 @@ def test_cluster_queue_status_gives_use_against_quota_and_who_lends():
 def test_volcano_project_queue_status_gives_use_against_deserved():
     rows = volcano_queue_rows(
         {
-            "metadata": {"name": "gp-vision", "labels": {"gpu-portal.io/project": "vision"}},
+            "metadata": {
+                "name": "gp-vision.h100",
+                "labels": {"gpu-portal.io/project": "vision", "gpu-portal.io/pool": "h100"},
+            },
             "spec": {"deserved": {"nvidia.com/gpu": "8"}, "capability": {"nvidia.com/gpu": "12"}},
             "status": {"allocated": {"nvidia.com/gpu": "10", "cpu": "4"}},
         }
     )
-    assert [(r.resource, r.in_use, r.guaranteed, r.maximum, r.borrowed) for r in rows] == [
-        ("gpu", 10, 8, 12, 2)
+    assert [(r.pool, r.resource, r.in_use, r.guaranteed, r.maximum, r.borrowed) for r in rows] == [
+        ("h100", "gpu", 10, 8, 12, 2)
     ]
 
 
