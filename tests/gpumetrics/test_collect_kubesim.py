@@ -186,7 +186,9 @@ def test_sweep_attributes_stores_and_serves(kube, sim, running, personas, api_cl
 
     # the jobs end: summary, idle flag, rollups
     for job in jobs.values():
-        job_transition(job, to="succeeded", reason="Completed", source="test")
+        job_transition(
+            job, to="succeeded", reason="Completed", source="test", expected_from=job.state
+        )
     assert services.rollup_finished() == 4
     busy = JobGpuSummary.objects.get(job=jobs["busy"])
     sleepy = JobGpuSummary.objects.get(job=jobs["sleepy"])

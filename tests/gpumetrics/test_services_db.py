@@ -101,7 +101,9 @@ def test_retention_per_resolution(make_job, personas, settings):
     running = make_job(state="running")
     for t in range(old, old + 2 * HOUR, 60):
         sweep([(ended, 50.0), (running, 50.0)], ns, t)
-    job_transition(ended, to="succeeded", reason="Completed", source="test")
+    job_transition(
+        ended, to="succeeded", reason="Completed", source="test", expected_from=ended.state
+    )
     assert services.rollup_finished() == 1
     counts = lambda job, res: MetricBlock.objects.filter(device__job=job, resolution=res).count()  # noqa: E731
     assert counts(ended, codec.MINUTE) >= 1

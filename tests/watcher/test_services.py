@@ -13,7 +13,9 @@ def test_a_transition_from_a_stale_reading_is_refused_and_writes_nothing(make_jo
     from jobs.services import InvalidTransition, job_transition
 
     job = make_job()
-    job_transition(job, to="running", reason="PodsReady", source="reconciler")
+    job_transition(
+        job, to="running", reason="PodsReady", source="reconciler", expected_from="submitted"
+    )
     stale = Job.objects.get(pk=job.pk)
     stale.state = "queued"  # what a slower writer last saw
     with pytest.raises(InvalidTransition):
