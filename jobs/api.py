@@ -352,7 +352,16 @@ class JobViewSet(
             OpenApiParameter("previous", OpenApiTypes.BOOL, description="Restarted container."),
             OpenApiParameter("follow", OpenApiTypes.BOOL, description="Stream until it ends."),
         ],
-        responses={(200, "text/plain"): OpenApiTypes.STR},
+        responses={
+            (200, "text/plain"): OpenApiTypes.STR,
+            409: OpenApiResponse(
+                ApiErrorSerializer, description="The job has not started a pod yet: no logs."
+            ),
+            410: OpenApiResponse(
+                ApiErrorSerializer,
+                description="The pod no longer exists (the job page keeps its last lines).",
+            ),
+        },
     )
     @action(detail=True, methods=["get"], renderer_classes=[PlainTextRenderer, PortalJSONRenderer])
     def logs(self, request, pk=None):

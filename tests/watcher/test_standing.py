@@ -32,8 +32,12 @@ def _cq(slug, used):
 
 
 def _vq(slug, used):
+    """The project's Volcano leaf queue for pool h100 (one queue per project and pool)."""
     return {
-        "metadata": {"name": f"gp-{slug}", "labels": {"gpu-portal.io/project": slug}},
+        "metadata": {
+            "name": f"gp-{slug}.h100",
+            "labels": {"gpu-portal.io/project": slug, "gpu-portal.io/pool": "h100"},
+        },
         "spec": {"deserved": {"nvidia.com/gpu": "8"}},
         "status": {"allocated": {"nvidia.com/gpu": used}},
     }
@@ -55,11 +59,13 @@ def test_standing_reads_the_queue_of_the_jobs_backend():
     ProjectQuotaFactory(project=vision, pool=pool, resource="gpu", nominal=8)
     ProjectQuotaFactory(project=nlp, pool=pool, resource="gpu", nominal=8)
     cqs = {("", "gp-vision"): _cq("vision", "6"), ("", "gp-nlp"): _cq("nlp", "5")}
-    vqs = {("", "gp-vision"): _vq("vision", "2"), ("", "gp-nlp"): _vq("nlp", "8")}
+    vqs = {("", "gp-vision.h100"): _vq("vision", "2"), ("", "gp-nlp.h100"): _vq("nlp", "8")}
     quotas = project_quotas()
 
     def job(backend):
-        return SimpleNamespace(project=vision, backend=backend, pool=None, mig_profile="")
+        return SimpleNamespace(
+            project=vision, backend=backend, pool=None, mig_profile="", eligible_pools=["h100"]
+        )
 
     kueue = standing_for(job("kueue"), cqs, quotas, vqs)
     assert (kueue.pool, kueue.in_use, kueue.guaranteed, kueue.department_spare) == (
