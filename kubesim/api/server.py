@@ -191,6 +191,8 @@ class KubeServer:
             raise asyncio.CancelledError
         if now < self._unavailable_until:
             return error_response(errors.service_unavailable())
+        # warnings of in-process writes made between requests belong to no client
+        self.store.warnings = []
         try:
             return await self._route(request, path)
         except errors.ApiError as exc:
