@@ -205,6 +205,8 @@ class KubeServer:
             and self._write_delay_path in path
         ):
             await asyncio.sleep(self._write_delay)
+        # warnings of in-process writes made between requests belong to no client
+        self.store.warnings = []
         try:
             return await self._route(request, path)
         except errors.ApiError as exc:

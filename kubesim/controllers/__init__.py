@@ -25,6 +25,7 @@ async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
         defaults,
         disruption,
         endpoints,
+        endpointslices,
         faults,
         jobs,
         kubelet,
@@ -55,6 +56,7 @@ async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
     disruption.install(ctx)
     apis.install(ctx)
     endpoints.start(ctx)
+    endpointslices.install(ctx)
     defaults.install(ctx)
     cluster_mod.install(ctx)
     scheduler.start(ctx)

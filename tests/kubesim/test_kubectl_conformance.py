@@ -75,7 +75,13 @@ spec:
         ("rollout history", ["rollout", "history", "deploy/web", "-n", ns], None, "REVISION"),
         ("expose", ["expose", "deploy/web", "--port=80", "-n", ns], None, "exposed"),
         ("get all", ["get", "all", "-n", ns], None, "deployment.apps/web"),
-        ("get endpointslices", ["get", "endpoints", "web", "-n", ns], None, "web"),
+        ("get endpoints", ["get", "endpoints", "web", "-n", ns], None, "web"),
+        (
+            "get endpointslices",
+            ["get", "endpointslices", "-l", "kubernetes.io/service-name=web", "-n", ns],
+            None,
+            "web-",
+        ),
         ("apply job", ["apply", "-f", "-"], job_yaml, "created"),
         (
             "wait job complete",
