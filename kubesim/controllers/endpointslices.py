@@ -16,7 +16,7 @@ MANAGED_BY = "endpointslice-controller.k8s.io"
 
 
 def slice_name(service: str) -> str:
-    return f"{service[:57]}-{hashlib.sha1(service.encode()).hexdigest()[:5]}"
+    return f"{service[:57]}-{hashlib.sha1(service.encode(), usedforsecurity=False).hexdigest()[:5]}"
 
 
 def slice_for(endpoints: dict) -> dict:
