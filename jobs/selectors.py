@@ -3,11 +3,11 @@
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import Q, QuerySet, Sum
 
 from jobs import manifests as job_manifests_module
 from jobs.manifests import JobManifestInput
-from jobs.models import Job, JobKind
+from jobs.models import Job, JobKind, QueueUsage
 from jobs.states import ACTIVE
 from jobs.validation import PoolFacts
 from quotas import arithmetic, mig
@@ -160,8 +160,6 @@ def jobs_to_resync() -> QuerySet[Job]:
 
 def usage_rows_for_projects(*, projects: list[Project]) -> dict[int, list[Any]]:
     """{project id: [QueueUsage, ...]} ordered by pool and resource."""
-    from jobs.models import QueueUsage
-
     out: dict[int, list[Any]] = {p.pk: [] for p in projects}
     rows = QueueUsage.objects.filter(project__in=[p.pk for p in projects]).order_by(
         "pool", "resource", "queue_kind"
@@ -174,10 +172,6 @@ def usage_rows_for_projects(*, projects: list[Project]) -> dict[int, list[Any]]:
 def gpus_in_use_per_pool() -> dict[str, int]:
     """Whole GPUs in use per pool slug, from the Kueue (by flavor) and Volcano (one queue per
     pool) usage rows the watcher keeps."""
-    from django.db.models import Sum
-
-    from jobs.models import QueueUsage
-
     totals = (
         QueueUsage.objects.filter(resource="gpu")
         .exclude(pool="")

@@ -21,7 +21,9 @@ def test_list_shows_only_visible_jobs_and_filters(personas, web_client_for, make
     assert f'href="/jobs/{mine.pk}/"' in page.text
 
 
-def test_detail_shows_manifest_yaml_and_polls_until_finished(personas, web_client_for, make_job):
+def test_detail_shows_manifest_yaml_and_follows_the_job_until_finished(
+    personas, web_client_for, make_job
+):
     from jobs.services import job_transition
 
     job = make_job(name="detail-1")
@@ -30,12 +32,14 @@ def test_detail_shows_manifest_yaml_and_polls_until_finished(personas, web_clien
     assert page.status_code == 200
     assert f"name: gp-job-{job.pk}" in page.text
     assert "kueue.x-k8s.io/queue-name: gp-alpha" in page.text
-    assert 'hx-trigger="every 5s"' in page.text
+    # One live stream for this job; the state re-fetches on its events (or polls without it).
+    assert f'sse-connect="/jobs/live/?job={job.pk}"' in page.text
+    assert 'hx-trigger="sse:job, live:poll"' in page.text
     assert "Cancel job" in page.text
     job_transition(job, expected_from=job.state, to="succeeded", reason="Completed", source="test")
     fragment = client.get(f"/jobs/{job.pk}/", headers={"HX-Request": "true"})
     assert "Succeeded" in fragment.text
-    assert "hx-trigger" not in fragment.text  # polling stops
+    assert "hx-trigger" not in fragment.text  # no more updates once finished
     assert "<html" not in fragment.text
 
 
