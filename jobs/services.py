@@ -13,7 +13,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs.models import Job, JobEvent, JobKind
+from jobs.models import Job, JobEvent, JobKind, JobPod
 from jobs.selectors import job_manifests, pool_facts_for_project
 from jobs.states import JobState, can_transition
 from jobs.validation import JobRequest, ValidationResult, validate_job_request
@@ -406,8 +406,6 @@ def job_record_cluster_event(
 def job_record_pods(*, job_id: int, records: list[Any], present_uids: set[str]) -> None:
     """Upsert the job's JobPod rows from jobs.status.PodRecord values; pods of the job that the
     cluster no longer has are marked deleted (kept: they say where the job ran)."""
-    from jobs.models import JobPod
-
     for record in records:
         JobPod.objects.update_or_create(
             uid=record.uid,

@@ -18,6 +18,7 @@ def _change_post(project: Project, **fields) -> dict[str, str]:
         "department": str(project.department_id),
         "description": project.description,
         "default_gang_backend": project.default_gang_backend,
+        "pod_security": project.pod_security,
         "memberships-TOTAL_FORMS": str(len(memberships)),
         "memberships-INITIAL_FORMS": str(len(memberships)),
         "memberships-MIN_NUM_FORMS": "0",
