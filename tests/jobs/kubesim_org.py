@@ -27,7 +27,11 @@ def reconcile_until(job, states, timeout=60.0):
         if state in states:
             return seen
         time.sleep(0.2)
-    raise AssertionError(f"job {job.pk} stuck; states seen: {seen}")
+    stored = Job.objects.get(pk=job.pk)
+    raise AssertionError(
+        f"job {job.pk} stuck; states seen: {seen}; last: {stored.state_reason}: "
+        f"{stored.state_message[:500]}"
+    )
 
 
 def count_owned(kind, api_version, namespace, job_id):

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from kubesim.testing import KubesimProcess, shared_crds_dir
+from tests.jobs.kubesim_org import reconcile_until
 
 pytestmark = [pytest.mark.kubesim, pytest.mark.django_db]
 
@@ -104,23 +105,6 @@ def submit(org, **data):
     body = {"image": "nvcr.io/nvidia/pytorch:24.08-py3", "command": ["python", "train.py"]}
     body.update(data)
     return job_submit(actor=org["user"], project=org["project"], data=body).job
-
-
-def reconcile_until(job, states, timeout=60.0):
-    from jobs.models import Job
-    from jobs.reconcile import job_reconcile
-
-    deadline = time.monotonic() + timeout
-    seen = []
-    while time.monotonic() < deadline:
-        job_reconcile(job_id=job.pk)
-        state = Job.objects.get(pk=job.pk).state
-        if not seen or seen[-1] != state:
-            seen.append(state)
-        if state in states:
-            return seen
-        time.sleep(0.2)
-    raise AssertionError(f"job {job.pk} stuck; states seen: {seen}")
 
 
 def pods_of(namespace, job_id):
