@@ -67,7 +67,7 @@ def _project_objects(slug: str) -> dict[str, dict | None]:
         "Namespace": kube.get("v1", "Namespace", namespace),
         "ClusterQueue": kube.get(KUEUE, "ClusterQueue", qm.cluster_queue_name(slug)),
         "LocalQueue": kube.get(KUEUE, "LocalQueue", qm.local_queue_name(slug), namespace),
-        "Queue": kube.get(VOLCANO, "Queue", qm.volcano_project_queue_name(slug)),
+        "Queue": kube.get(VOLCANO, "Queue", qm.volcano_project_queue_name(slug, "h100")),
         "ResourceQuota": kube.get("v1", "ResourceQuota", qm.RESOURCE_QUOTA_NAME, namespace),
     }
 
@@ -261,24 +261,27 @@ def test_a_sync_that_would_delete_a_large_share_of_the_owned_objects_deletes_not
     report = sync.sync_quota_objects()
 
     assert report.deleted == 0
-    assert "Refused to delete 8 of the" in report.refused
+    # 4 × (ClusterQueue + the project's Volcano queue for h100) + the department's h100 queue.
+    assert "Refused to delete 9 of the" in report.refused
     assert sorted(report.refused_deletions) == sorted(
-        [f"ClusterQueue gp-{s}" for s in slugs] + [f"Queue gp-{s}" for s in slugs]
+        [f"ClusterQueue gp-{s}" for s in slugs]
+        + [f"Queue gp-{s}.h100" for s in slugs]
+        + ["Queue gp-dept-research.h100"]
     )
     for slug in slugs:
         objects = _project_objects(slug)
         assert all(obj is not None for obj in objects.values()), (slug, objects)
     status = QuotaSyncStatus.objects.get()
     assert status.outcome == "refused"
-    assert f"Refused to delete 8 of the {owned} quota objects" in status.message
+    assert f"Refused to delete 9 of the {owned} quota objects" in status.message
     # Visible to staff: on the status page and as a warning on the quota pages.
     page = admin_client.get("/admin/quotas/quotasyncstatus/").content.decode()
-    assert "Refused to delete 8 of the" in page
+    assert "Refused to delete 9 of the" in page
     assert "Deletions refused" in admin_client.get("/admin/quotas/gpupool/").content.decode()
 
     # Staff confirm: exactly the refused objects go; namespaces still stay.
     confirmed = sync.sync_quota_objects(confirmed_deletions=status.refused_deletions)
-    assert confirmed.deleted == 8
+    assert confirmed.deleted == 9
     assert confirmed.refused == ""
     for slug in slugs:
         objects = _project_objects(slug)
@@ -343,7 +346,9 @@ def test_quota_edit_and_delete_touch_only_owned_objects(cluster):
     Job.objects.filter(project=project).delete()
     services.project_delete(actor=None, project=project)
     report = sync.sync_quota_objects()
-    assert report.deleted == 2  # its ClusterQueue and Volcano queue; the namespace is kept
+    # Its ClusterQueue, its Volcano queue for h100 and (its department now has no project) the
+    # department's h100 queue; the namespace is kept.
+    assert report.deleted == 3
     assert kube.get(KUEUE, "ClusterQueue", name) is None
     assert kube.get(VOLCANO, "Queue", f"{name}.h100") is None
     assert kube.get("v1", "Namespace", name) is not None
