@@ -218,7 +218,9 @@ def chromium_path() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
+# Module scope: Playwright's sync API keeps an event loop running in this thread while the browser
+# is open, which would break later tests that run their own loop (asyncio.run).
+@pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
 

@@ -46,7 +46,7 @@ def test_job_state_changes_appear_on_the_list_and_the_job_page_without_reload(
     mark_page(detail)
 
     row.locator(".badge", has_text="Succeeded").wait_for(timeout=120_000)
-    detail.locator("#job-state .badge", has_text="Succeeded").wait_for(timeout=30_000)
+    detail.locator("#job-state > p .badge", has_text="Succeeded").wait_for(timeout=30_000)
     assert still_same_page(list_page)
     assert still_same_page(detail)
     screenshot(list_page, "job-list")
