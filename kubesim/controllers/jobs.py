@@ -155,6 +155,15 @@ def _exit_codes(pod: dict, container_name: str | None) -> list[tuple[str, int]]:
     return out
 
 
+def _with_disruption_target(pod: dict) -> dict:
+    status = dict(pod.get("status") or {})
+    status["conditions"] = [
+        *(status.get("conditions") or []),
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC"},
+    ]
+    return {**pod, "status": status}
+
+
 def match_pod_failure_policy(policy: dict | None, pod: dict) -> tuple[str, str]:
     """(action, FailJob message) of the first podFailurePolicy rule a failed pod matches; the
     action is "Count" when no rule matches (or there is no policy)."""
@@ -345,6 +354,11 @@ class JobController:
                 if phase != "Failed" and not self._terminal_or_gone(pod):
                     continue  # still terminating: counted when the kubelet reports the end
                 to_unfinalize.append(pod)
+                if phase != "Failed" and spec.get("podFailurePolicy"):
+                    # A pod deleted before any kubelet ran it (Pending when its Job was
+                    # suspended): upstream's PodGC marks it Failed with DisruptionTarget
+                    # (DeletionByPodGC), and with a podFailurePolicy only Failed pods count.
+                    pod = _with_disruption_target(pod)
                 action, message = match_pod_failure_policy(spec.get("podFailurePolicy"), pod)
                 if action == "Ignore":
                     continue
