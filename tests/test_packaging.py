@@ -18,10 +18,17 @@ REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 PROJECT = PYPROJECT["project"]
 # What kubesim needs and the portal does not (the `sim` extra).
-SIM_PACKAGES = {"aiohttp", "cryptography", "common-expression-language", "jsonpatch", "orjson"}
+SIM_PACKAGES = {
+    "aiohttp",
+    "cryptography",
+    "common-expression-language",
+    "jsonpatch",
+    "orjson",
+    "kubernetes-validate",
+}
 # Their import names, blocked in the import test (aiohttp is left out: the kubernetes client
 # itself requires it, so a production install has it anyway).
-SIM_MODULES = ["cryptography", "cel", "jsonpatch", "orjson", "kubesim"]
+SIM_MODULES = ["cryptography", "cel", "jsonpatch", "orjson", "kubernetes_validate", "kubesim"]
 
 
 def names(requirements: list[str]) -> set[str]:
