@@ -11,6 +11,7 @@ outage delays jobs but never loses them. Permanent rejections are handled inside
 """
 
 import logging
+import time
 
 from celery import shared_task
 from django.conf import settings
@@ -18,6 +19,7 @@ from django.conf import settings
 from jobs import reconcile
 from jobs.locking import JobBusy
 from jobs.services import RECONCILE_TASK
+from portal import observability
 from portal.kube.apply import RetryableKubeError
 from quotas.tasks import sync_quotas
 
@@ -37,7 +39,19 @@ log = logging.getLogger(__name__)
     typing=False,
 )
 def reconcile_job(self, job_id: int) -> str:
-    return reconcile.job_reconcile(job_id=job_id)
+    started = time.monotonic()
+    try:
+        outcome = reconcile.job_reconcile(job_id=job_id)
+    except Exception as exc:
+        observability.count("reconcile_failures_total", reason=type(exc).__name__)
+        observability.observe(
+            "reconcile_duration_seconds", time.monotonic() - started, outcome="error"
+        )
+        raise
+    observability.observe(
+        "reconcile_duration_seconds", time.monotonic() - started, outcome=str(outcome)[:32]
+    )
+    return outcome
 
 
 @shared_task(acks_late=True)

@@ -71,3 +71,12 @@ def test_remote_callers_need_staff_without_a_token(metrics_redis, client, db):
     assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 403
     client.force_login(UserFactory(username="operator", is_staff=True))
     assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 200
+
+
+def test_a_reconcile_is_timed_by_outcome(metrics_redis, client, db):
+    from jobs.tasks import reconcile_job
+
+    assert reconcile_job(999_999) == "gone"  # no such job: nothing to do, but it was timed
+    observability.flush()
+    got = samples(client.get("/metrics").content.decode())
+    assert got[("gpuportal_reconcile_duration_seconds_count", (("outcome", "gone"),))] == 1

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from portal import observability
 from portal.kube import watch as kube
 from portal.kube.apply import KubeError
 
@@ -62,7 +63,15 @@ class LeaderElector:
         return self._renewed_at is not None and self.clock() - self._renewed_at < self.lease_seconds
 
     def try_acquire_or_renew(self) -> bool:
-        """One round; True when we hold the Lease afterwards."""
+        """One round; True when we hold the Lease afterwards (also reported on /metrics)."""
+        held = self._try_acquire_or_renew()
+        # Expires on its own: a killed leader stops being reported within one lease duration.
+        observability.gauge(
+            "watcher_leader", 1 if held else 0, ttl=self.lease_seconds, identity=self.identity
+        )
+        return held
+
+    def _try_acquire_or_renew(self) -> bool:
         try:
             lease = kube.get_lease(self.namespace, self.name)
             now = self.clock()

@@ -46,6 +46,7 @@ from jobs.status import (
 )
 from jobs.watcher import queues
 from jobs.watcher.informer import Change
+from portal import observability
 from portal.kube import apply as kube
 from portal.kube.apply import KubeError
 
@@ -124,6 +125,7 @@ class Processor(threading.Thread):
 
     def _absorb(self, change: Change) -> None:
         self.processed += 1
+        observability.count("watch_events_total", kind=change.collection)
         if change.resource_version:
             self.cursors[change.collection] = change.resource_version
         if change.type in ("BOOKMARK",):
@@ -301,7 +303,10 @@ class Processor(threading.Thread):
                 return None
             since = self._batch_since.get(job.pk)
             if since is not None:
-                self.lag_samples.append(time.time() - since)
+                lag = time.time() - since
+                self.lag_samples.append(lag)
+                observability.observe("watch_lag_seconds", lag)
+                observability.gauge("watch_lag_last_seconds", lag)
             if reading.reason == "OOMKilled":
                 # The cluster keeps retrying it (preemption-safe policy); the portal ends it.
                 job_mark_for_cleanup(job)

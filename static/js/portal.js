@@ -29,7 +29,9 @@ document.addEventListener("htmx:sendError", function () {
 });
 
 // Live pages: an element with sse-connect holds the page's one event stream; elements inside it
-// marked data-live-poll re-fetch on "sse:job". While the stream is not open (no pub/sub on this
+// marked data-live-poll re-fetch on "sse:job", and once on "sse:hello" (the server says hello
+// once the stream is subscribed: a change made after the page was rendered and before that
+// moment was announced to nobody, so the fragment catches up then). While the stream is not open (no pub/sub on this
 // server, a dropped connection, a proxy that buffers) they are polled instead, every 5 s.
 var LIVE_POLL_MS = 5000;
 function liveRoot(element) {

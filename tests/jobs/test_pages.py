@@ -34,7 +34,7 @@ def test_detail_shows_manifest_yaml_and_follows_the_job_until_finished(
     assert "kueue.x-k8s.io/queue-name: gp-alpha" in page.text
     # One live stream for this job; the state re-fetches on its events (or polls without it).
     assert f'sse-connect="/jobs/live/?job={job.pk}"' in page.text
-    assert 'hx-trigger="sse:job, live:poll"' in page.text
+    assert 'hx-trigger="sse:job, sse:hello, live:poll"' in page.text
     assert "Cancel job" in page.text
     job_transition(job, expected_from=job.state, to="succeeded", reason="Completed", source="test")
     fragment = client.get(f"/jobs/{job.pk}/", headers={"HX-Request": "true"})
