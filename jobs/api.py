@@ -20,13 +20,14 @@ from jobs.filters import JobFilter
 from jobs.models import Job, JobEvent, JobKind, JobPod
 from jobs.redact import hidden_env, redact_manifests
 from jobs.render import manifests_yaml
-from jobs.selectors import job_manifests
+from jobs.selectors import job_manifests, writable_project_ids
 from jobs.services import InvalidTransition, job_cancel, job_submit
 from jobs.states import JobState
 from jobs.validation import BACKENDS, PRIORITIES
 from portal.api import StrictCharField, TenantScopedViewSet, router
 from portal.api_errors import ApiErrorSerializer
 from portal.api_io import PortalJSONRenderer
+from portal.api_pagination import EstimatedCountPagination
 from tenants.permissions import can_write
 
 
@@ -223,6 +224,15 @@ class JobViewSet(
     queryset = Job.objects.all()
     project_field = "project"
     filterset_class = JobFilter
+    pagination_class = EstimatedCountPagination
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        if self.action == "list":
+            # EnvField's per-project role lookups answered by one query, so the list's query
+            # count does not grow with the number of projects on a page.
+            context["_env_readable"] = writable_project_ids(user=self.request.user)
+        return context
 
     def shape_queryset(self, queryset):
         queryset = queryset.select_related("project", "submitter", "pool").order_by(

@@ -75,9 +75,14 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        # The list's order is (created_at DESC, id DESC) with or without a filter; each index
+        # ends in that order so a page is an index range read, not a sort (0009's notes).
         indexes = [
-            models.Index(fields=["project", "-created_at"]),
-            models.Index(fields=["state"]),
+            models.Index(fields=["-created_at", "-id"], name="job_newest_first"),
+            models.Index(fields=["project", "-created_at", "-id"], name="job_project_newest"),
+            models.Index(fields=["submitter", "-created_at", "-id"], name="job_submitter_newest"),
+            models.Index(fields=["state", "-created_at", "-id"], name="job_state_newest"),
+            models.Index(fields=["kind", "-created_at", "-id"], name="job_kind_newest"),
         ]
         constraints = [
             models.CheckConstraint(

@@ -14,7 +14,7 @@ cancelled or unknown is deleted, and a finished job's objects are removed once t
 """
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -26,7 +26,7 @@ from jobs.locking import JobBusy, job_lock
 from jobs.manifests import job_selector, object_name, primary_manifest
 from jobs.models import Job
 from jobs.redact import redact_text
-from jobs.selectors import job_manifests, jobs_to_resync
+from jobs.selectors import job_manifests, jobs_to_resync, projects_to_resync
 from jobs.services import (
     InvalidTransition,
     job_explain_blocked,
@@ -408,14 +408,18 @@ def resync_jobs(*, enqueue: Callable[[int], Any]) -> dict[str, int]:
     skipped this round and retried next period.
     """
     counts = {"moved": 0, "enqueued": 0, "unchanged": 0, "skipped": 0}
-    by_namespace: dict[str, list[Job]] = {}
-    for job in jobs_to_resync().select_related("project", "pool"):
-        if job.cleanup_pending or job.applied_at is None:
-            enqueue(job.pk)
-            counts["enqueued"] += 1
+    # One project (namespace) at a time: memory holds one namespace's jobs and objects, not
+    # every live job of the cluster.
+    for project_id, namespace in projects_to_resync():
+        jobs = []
+        for job in jobs_to_resync().filter(project_id=project_id).select_related("project", "pool"):
+            if job.cleanup_pending or job.applied_at is None:
+                enqueue(job.pk)
+                counts["enqueued"] += 1
+            else:
+                jobs.append(job)
+        if not jobs:
             continue
-        by_namespace.setdefault(job.project.namespace, []).append(job)
-    for namespace, jobs in sorted(by_namespace.items()):
         try:
             snapshots = _namespace_snapshots(namespace, jobs)
         except RetryableKubeError as exc:
@@ -457,37 +461,64 @@ def sweep_cluster_objects() -> dict[str, int]:
     """
     counts = {"swept": 0, "sweep_skipped": 0}
     namespaces = set(Project.objects.values_list("namespace", flat=True))
-    found: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    # Read before listing: a job created while the lists are read has a higher id, so its
+    # objects count as "not provably ours" this round rather than as orphans.
+    highest = Job.objects.aggregate(highest=Max("pk"))["highest"] or 0
+    cutoff = timezone.now() - timedelta(seconds=retention_seconds())
     for api_version, kind in JOB_OBJECT_KINDS:
+        # A page of objects at a time (the list is paged too): memory stays bounded however
+        # many finished jobs' objects the cluster keeps.
+        objects = kube.iter_owned(api_version, kind, selector=JOB_ID_KEY)
         try:
-            objects = kube.list_owned(api_version, kind, selector=JOB_ID_KEY)
+            for page in _batches(objects, kube.list_page_size()):
+                found: dict[tuple[int, str], list[dict[str, Any]]] = {}
+                for obj in page:
+                    meta = obj.get("metadata") or {}
+                    job_id = _job_id_of(obj)
+                    if (
+                        job_id is None
+                        or not is_managed(obj)
+                        or meta.get("namespace") not in namespaces
+                        or meta.get("deletionTimestamp")
+                    ):
+                        continue
+                    found.setdefault((job_id, meta["namespace"]), []).append(obj)
+                if found:
+                    _sweep_found(found, highest=highest, cutoff=cutoff, counts=counts)
         except ResourceNotServed:
             continue  # that backend is not installed: nothing of it to sweep
         except KubeError as exc:
             log.warning("sweep: cannot list %s %s: %s", api_version, kind, exc)
             counts["sweep_skipped"] += 1
             continue
-        for obj in objects:
-            meta = obj.get("metadata") or {}
-            job_id = _job_id_of(obj)
-            if (
-                job_id is None
-                or not is_managed(obj)
-                or meta.get("namespace") not in namespaces
-                or meta.get("deletionTimestamp")
-            ):
-                continue
-            found.setdefault((job_id, meta["namespace"]), []).append(obj)
-    if not found:
-        return counts
+    return counts
+
+
+def _batches(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _sweep_found(
+    found: dict[tuple[int, str], list[dict[str, Any]]],
+    *,
+    highest: int,
+    cutoff: Any,
+    counts: dict[str, int],
+) -> None:
+    """Delete what no live job wants among one page of listed objects (by job id, namespace)."""
     jobs = {
         j.pk: j
         for j in Job.objects.select_related("project").filter(
             pk__in={job_id for job_id, _ in found}
         )
     }
-    highest = Job.objects.aggregate(highest=Max("pk"))["highest"] or 0
-    cutoff = timezone.now() - timedelta(seconds=retention_seconds())
     for (job_id, namespace), objects in sorted(found.items()):
         job = jobs.get(job_id)
         if job is None or job.project.namespace != namespace:
@@ -517,7 +548,6 @@ def sweep_cluster_objects() -> dict[str, int]:
         except (JobBusy, KubeError) as exc:
             log.warning("sweep: job %s skipped this round: %s", job.pk, exc)
             counts["sweep_skipped"] += 1
-    return counts
 
 
 def _delete_unknown(job_id: int, namespace: str, objects: list[dict[str, Any]]) -> int:

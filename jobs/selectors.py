@@ -12,7 +12,8 @@ from jobs.states import ACTIVE
 from jobs.validation import PoolFacts
 from quotas import arithmetic, mig
 from quotas.models import DepartmentQuota, GpuPool, ProjectQuota
-from tenants.models import PodSecurity, Project
+from tenants.models import Membership, PodSecurity, Project
+from tenants.permissions import WRITER_ROLES
 
 
 def job_list_visible_to(*, user: Any) -> QuerySet[Job]:
@@ -22,6 +23,33 @@ def job_list_visible_to(*, user: Any) -> QuerySet[Job]:
         .select_related("project", "submitter", "pool")
         .order_by("-created_at", "-id")
     )
+
+
+class WritableProjects(dict):
+    """{project id: may the user read env values}, answered for every project at once."""
+
+    def __init__(self, *, staff: bool, writable: set[int]):
+        super().__init__()
+        self.staff = staff
+        self.writable = writable
+
+    def __contains__(self, project_id: object) -> bool:
+        return True
+
+    def __getitem__(self, project_id: int) -> bool:
+        return self.staff or project_id in self.writable
+
+
+def writable_project_ids(*, user: Any) -> WritableProjects:
+    """The projects whose env values the user may read (writer roles; staff: all), one query."""
+    if not getattr(user, "is_authenticated", False):
+        return WritableProjects(staff=False, writable=set())
+    if user.is_staff and user.is_active:
+        return WritableProjects(staff=True, writable=set())
+    ids = Membership.objects.filter(user=user, role__in=sorted(WRITER_ROLES)).values_list(
+        "project_id", flat=True
+    )
+    return WritableProjects(staff=False, writable=set(ids))
 
 
 def job_events(*, job: Job) -> QuerySet:
@@ -153,6 +181,14 @@ def job_manifests(job: Job, *, job_id: int | None = None) -> list[dict[str, Any]
 def jobs_to_resync() -> QuerySet[Job]:
     """Every job the periodic resync looks at: active ones and cancelled ones not yet cleaned."""
     return Job.objects.filter(Q(state__in=ACTIVE) | Q(cleanup_pending=True)).order_by("id")
+
+
+def projects_to_resync() -> list[tuple[int, str]]:
+    """(project id, namespace) of every project with a job the resync looks at, by namespace."""
+    ids = jobs_to_resync().order_by().values("project_id").distinct()
+    return list(
+        Project.objects.filter(pk__in=ids).order_by("namespace").values_list("pk", "namespace")
+    )
 
 
 # --- quota use as the cluster reports it (rows kept by the cluster watcher) ------------------

@@ -4,7 +4,6 @@ YAML and a live state fragment (htmx polling stops once the job is finished), su
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
@@ -14,6 +13,7 @@ from jobs.redact import redact_manifests
 from jobs.render import manifests_yaml
 from jobs.selectors import job_events, job_list_visible_to, job_manifests
 from jobs.services import InvalidTransition, job_cancel, job_submit
+from portal.pagination import EstimatedCountPaginator
 from tenants.permissions import can_write
 from tenants.selectors import project_list_visible_to
 
@@ -27,7 +27,8 @@ def _visible_job(request, pk: int):
 class JobListView(LoginRequiredMixin, View):
     def get(self, request):
         jobs = JobFilter(request.GET, queryset=job_list_visible_to(user=request.user))
-        page = Paginator(jobs.qs, PAGE_SIZE).get_page(request.GET.get("page"))
+        # Counts exactly up to a cap and estimates above it ('about N'): no full COUNT.
+        page = EstimatedCountPaginator(jobs.qs, PAGE_SIZE).get_page(request.GET.get("page"))
         context = {"filter": jobs, "page": page}
         return render(request, "jobs/list.html", context)
 

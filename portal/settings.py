@@ -95,7 +95,12 @@ TEMPLATES = [
 DATABASES = {
     "default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'portal.sqlite3'}"),
 }
-DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=0))
+# Persistent connections: opening one costs PostgreSQL a backend fork and TLS/auth (14-16 ms
+# here, more than a whole job list page). Health checks drop a connection the server closed
+# instead of failing the next request. CONN_MAX_AGE=0 turns it off (e.g. behind PgBouncer in
+# transaction mode, see the README).
+DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", env.bool("CONN_HEALTH_CHECKS", default=True))
 # PostgreSQL connection pool per process (psycopg_pool), e.g. 20 for an ASGI web process: each
 # request then borrows a connection instead of opening one, so a burst of page loads or live
 # streams reconnecting cannot exceed the server's max_connections. 0 = no pool.
@@ -267,6 +272,10 @@ PORTAL_KUBE_IN_CLUSTER = env.bool("PORTAL_KUBE_IN_CLUSTER", default=False)
 # Client-side pacing of Kubernetes API calls, per worker process (token bucket; 0 = off).
 PORTAL_KUBE_QPS = env.float("PORTAL_KUBE_QPS", default=20.0)
 PORTAL_KUBE_BURST = env.int("PORTAL_KUBE_BURST", default=40)
+# Items per LIST page (limit/continue): the resync and sweep stream lists in pages of this size.
+PORTAL_KUBE_LIST_PAGE_SIZE = env.int("PORTAL_KUBE_LIST_PAGE_SIZE", default=500)
+# Lists (jobs) count exactly up to this many rows; above it they show the planner's estimate.
+PORTAL_EXACT_COUNT_CAP = env.int("PORTAL_EXACT_COUNT_CAP", default=10_000)
 # Live status (jobs/watcher): Redis for pub/sub of job changes (channel portal:jobs:<project>);
 # empty = the CELERY_BROKER_URL when it is Redis, else no publishing (pages poll).
 PORTAL_PUBSUB_URL = env.str(

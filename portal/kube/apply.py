@@ -8,10 +8,12 @@ is wrong; carries the API server's message for the user).
 """
 
 import json
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
 import urllib3
+from django.conf import settings
 from kubernetes.client.exceptions import ApiException
 
 from portal.kube import labels as L
@@ -195,6 +197,55 @@ def get(
         raise
 
 
+# Lists are read in pages of this many items (limit/continue), so a namespace or a cluster of
+# 10,000 jobs never arrives as one response held whole in memory, on either side.
+DEFAULT_LIST_PAGE_SIZE = 500
+
+
+def list_page_size() -> int:
+    return int(getattr(settings, "PORTAL_KUBE_LIST_PAGE_SIZE", 0) or DEFAULT_LIST_PAGE_SIZE)
+
+
+def iter_objects(
+    api_version: str,
+    kind: str,
+    *,
+    namespace: str | None = None,
+    label_selector: str | None = None,
+    page_size: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Objects of a kind (across namespaces when namespace is None), optionally by label,
+    streamed a page at a time. An expired continue token (410) surfaces as a KubeError."""
+    plural, namespaced = KINDS.get(kind, (kind.lower() + "s", True))
+    if namespaced and namespace:
+        path = object_path(api_version, kind, namespace, None)
+    else:
+        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        path = f"{base}/{plural}"
+    query = [("labelSelector", label_selector)] if label_selector else []
+    query.append(("limit", str(page_size or list_page_size())))
+    token = ""
+    while True:
+        try:
+            data = _call("GET", path, query=query + ([("continue", token)] if token else []))
+        except PermanentKubeError as exc:
+            # A collection answers an empty list even in a missing namespace: a 404 means the
+            # API itself is not served (its CRD is not installed).
+            if exc.status == 404:
+                raise ResourceNotServed(
+                    f"the cluster does not serve {api_version} {plural}", status=404
+                ) from exc
+            raise
+        # Lists omit kind/apiVersion per item; put them back so items can be passed to delete().
+        for item in data.get("items") or []:
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+            yield item
+        token = (data.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return
+
+
 def list_objects(
     api_version: str,
     kind: str,
@@ -203,37 +254,29 @@ def list_objects(
     label_selector: str | None = None,
 ) -> list[dict[str, Any]]:
     """Objects of a kind (across namespaces when namespace is None), optionally by label."""
-    plural, namespaced = KINDS.get(kind, (kind.lower() + "s", True))
-    if namespaced and namespace:
-        path = object_path(api_version, kind, namespace, None)
-    else:
-        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-        path = f"{base}/{plural}"
-    query = [("labelSelector", label_selector)] if label_selector else []
-    try:
-        data = _call("GET", path, query=query)
-    except PermanentKubeError as exc:
-        # A collection answers an empty list even in a missing namespace: a 404 means the
-        # API itself is not served (its CRD is not installed).
-        if exc.status == 404:
-            raise ResourceNotServed(
-                f"the cluster does not serve {api_version} {plural}", status=404
-            ) from exc
-        raise
-    items = data.get("items") or []
-    # Lists omit kind/apiVersion per item; put them back so items can be passed to delete().
-    for item in items:
-        item.setdefault("apiVersion", api_version)
-        item.setdefault("kind", kind)
-    return items
+    return list(iter_objects(api_version, kind, namespace=namespace, label_selector=label_selector))
+
+
+def iter_owned(
+    api_version: str,
+    kind: str,
+    *,
+    namespace: str | None = None,
+    selector: str = "",
+    page_size: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Objects carrying the portal's managed-by label (plus an optional extra selector), paged."""
+    full = L.MANAGED_SELECTOR + (f",{selector}" if selector else "")
+    return iter_objects(
+        api_version, kind, namespace=namespace, label_selector=full, page_size=page_size
+    )
 
 
 def list_owned(
     api_version: str, kind: str, *, namespace: str | None = None, selector: str = ""
 ) -> list[dict[str, Any]]:
     """Objects carrying the portal's managed-by label (plus an optional extra selector)."""
-    full = L.MANAGED_SELECTOR + (f",{selector}" if selector else "")
-    return list_objects(api_version, kind, namespace=namespace, label_selector=full)
+    return list(iter_owned(api_version, kind, namespace=namespace, selector=selector))
 
 
 def delete(api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:

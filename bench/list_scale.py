@@ -1,0 +1,304 @@
+"""Benchmark: the job list at 10k, 100k and 1M stored jobs (API and HTML), p50/p99 per request.
+
+Builds its own database (gp_bench_list, dropped at the end unless --keep) in bulk: projects,
+users and memberships through the ORM, then the jobs with server-side multi-row
+INSERT … SELECT FROM generate_series (100,000 rows a statement), growing 10k → 100k → 1M and
+measuring at each size. The measured user is a member of a quarter of the projects (so sees a
+quarter of the jobs), as the issue's figures. gunicorn serves with 2 workers, one keep-alive
+client asks each request kind --requests times after a warm-up, sequentially.
+
+    .venv/bin/python bench/list_scale.py [--sizes 10000,100000,1000000] [--requests 200]
+        [--conn-max-age 60] [--keep]
+
+Needs PostgreSQL (BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/gp_bench_list).
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+DATABASE_URL = os.environ.get(
+    "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gp_bench_list"
+)
+DB_NAME = DATABASE_URL.rsplit("/", 1)[1]
+ADMIN_URL = DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
+PROJECTS = 40
+USERS = 50
+CHUNK = 100_000
+
+
+def recreate_database() -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+
+
+def drop_database() -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
+
+
+def setup_django() -> None:
+    os.environ["DATABASE_URL"] = DATABASE_URL
+    os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings"
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def seed():
+    """40 projects in 4 departments, 50 users; `bench` belongs to 10 projects (a quarter)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import update_last_login
+    from django.contrib.sessions.backends.db import SessionStore
+    from knox.models import AuthToken
+
+    from quotas.models import GpuPool
+    from tenants.models import Department, Membership, Project
+
+    User = get_user_model()
+    pool = GpuPool.objects.create(
+        slug="list-h100",
+        name="H100",
+        gpu_model="NVIDIA-H100-80GB-HBM3",
+        node_labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        node_count=100,
+        gpus_per_node=8,
+    )
+    departments = [
+        Department.objects.create(slug=f"dept-{i}", name=f"Department {i}") for i in range(4)
+    ]
+    projects = [
+        Project.objects.create(slug=f"proj-{i}", name=f"P{i}", department=departments[i % 4])
+        for i in range(PROJECTS)
+    ]
+    users = [User.objects.create(username="bench")] + [
+        User.objects.create(username=f"user-{i}") for i in range(1, USERS)
+    ]
+    for i, user in enumerate(users):
+        for j in range(10):  # everyone in 10 projects
+            Membership.objects.create(user=user, project=projects[(i + j) % PROJECTS])
+    bench = users[0]
+    _, token = AuthToken.objects.create(bench)
+    session = SessionStore()
+    session["_auth_user_id"] = str(bench.pk)
+    session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+    session["_auth_user_hash"] = bench.get_session_auth_hash()
+    session.create()
+    update_last_login(None, bench)
+    return pool, [p.pk for p in projects], [u.pk for u in users], token, session.session_key
+
+
+INSERT = """
+INSERT INTO jobs_job (project_id, submitter_id, name, kind, image, command, env, gpus,
+  mig_profile, replicas, pool_id, eligible_pools, cpu, memory, priority, max_runtime_minutes,
+  backend, state, state_reason, state_message, state_changed_at, applied_at, cleanup_pending,
+  last_reconciled_at, logs_tail, queue_position, queue_length, explanation, created_at,
+  updated_at)
+SELECT
+  (%(projects)s::bigint[])[1 + abs(hashtext(g::text)) %% %(np)s],
+  (%(users)s::bigint[])[1 + abs(hashtext((g * 3)::text)) %% %(nu)s],
+  'job-' || g,
+  k.kind,
+  'nvcr.io/nvidia/pytorch:24.08-py3', '["python", "train.py"]', '{}',
+  CASE k.kind WHEN 'mig' THEN 0 WHEN 'gang' THEN 8 ELSE 1 END,
+  CASE k.kind WHEN 'mig' THEN '1g.10gb' ELSE '' END,
+  CASE k.kind WHEN 'gang' THEN 4 ELSE 1 END,
+  %(pool)s, '[]', '8', '64Gi', 'normal', 1440,
+  CASE k.kind WHEN 'gang' THEN 'volcano' ELSE 'kueue' END,
+  s.state, '', '', t.at, t.at, false, t.at, '', NULL, NULL, '', t.at, t.at
+FROM generate_series(%(start)s, %(stop)s) AS g,
+  LATERAL (SELECT CASE abs(hashtext(g::text || 'k')) %% 20
+                    WHEN 0 THEN 'gang' WHEN 1 THEN 'gang' WHEN 2 THEN 'mig' ELSE 'single' END
+                    AS kind) AS k,
+  LATERAL (SELECT CASE WHEN g %% 50 = 0 THEN 'failed' WHEN g %% 97 = 0 THEN 'cancelled'
+                    ELSE 'succeeded' END AS state) AS s,
+  -- three jobs a second: ties on created_at, as bulk submissions make
+  LATERAL (SELECT timestamptz '2025-01-01 00:00:00+00' + (g / 3) * interval '1 second' AS at) t
+"""
+
+
+def grow(pool, projects, users, start: int, stop: int) -> float:
+    from django.db import connection
+
+    t0 = time.monotonic()
+    with connection.cursor() as cursor:
+        for first in range(start, stop, CHUNK):
+            cursor.execute(
+                INSERT,
+                {
+                    "projects": projects,
+                    "users": users,
+                    "np": len(projects),
+                    "nu": len(users),
+                    "pool": pool.pk,
+                    "start": first + 1,
+                    "stop": min(stop, first + CHUNK),
+                },
+            )
+        cursor.execute("VACUUM ANALYZE jobs_job")
+    return time.monotonic() - t0
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_web(port: int, conn_max_age: int, log: Path) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "DATABASE_URL": DATABASE_URL,
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "PYTHONPATH": str(REPO),
+        "DEBUG": "false",
+        "SECRET_KEY": "bench-only-secret-key-not-for-production-use-0123456789",
+        "SECURE_SSL_REDIRECT": "false",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "LOG_LEVEL": "WARNING",
+        "CONN_MAX_AGE": str(conn_max_age),
+    }
+    out = open(log, "ab")  # noqa: SIM115 - the child keeps it
+    argv = [str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi:application"]
+    argv += ["-b", f"127.0.0.1:{port}", "-w", "2", "--log-level", "warning"]
+    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
+
+
+def requests_to_time(base: str, job_id: int, project: str, deep_cursor: str) -> list:
+    return [
+        ("GET /api/v1/jobs/", f"{base}/api/v1/jobs/", "api"),
+        ("?page=50", f"{base}/api/v1/jobs/?page=50", "api"),
+        ("?submitter=…&kind=gang", f"{base}/api/v1/jobs/?submitter=bench&kind=gang", "api"),
+        ("/jobs/ (HTML)", f"{base}/jobs/", "html"),
+        ("/api/v1/jobs/ID/", f"{base}/api/v1/jobs/{job_id}/", "api"),
+        ("?state=failed", f"{base}/api/v1/jobs/?state=failed", "api"),
+        ("?project=…", f"{base}/api/v1/jobs/?project={project}", "api"),
+        ("?kind=mig", f"{base}/api/v1/jobs/?kind=mig", "api"),
+        ("/jobs/?page=50 (HTML)", f"{base}/jobs/?page=50", "html"),
+        ("?cursor= (row 50,000)", f"{base}/api/v1/jobs/?cursor={deep_cursor}", "api"),
+    ]
+
+
+def measure(base: str, token: str, session_key: str, count: int, size: int):
+    import requests
+
+    from jobs.models import Job
+    from portal.pagination import KeysetCursor
+    from tenants.models import Membership
+
+    mine = list(Membership.objects.filter(user__username="bench").values_list("project", flat=True))
+    visible = Job.objects.filter(project__in=mine).order_by("-created_at", "-id")
+    newest = visible.first()
+    deep = visible[min(49_999, size // 4 - 100)]
+    cursor = KeysetCursor.after(deep).encode()
+    project = newest.project.slug
+    api = requests.Session()
+    api.headers["Authorization"] = f"Token {token}"
+    html = requests.Session()
+    html.cookies.set("sessionid", session_key)
+    results = []
+    for label, url, kind in requests_to_time(base, newest.pk, project, cursor):
+        client = api if kind == "api" else html
+        for _ in range(10):  # warm-up: connections, caches
+            client.get(url, timeout=60).raise_for_status()
+        times = []
+        for _ in range(count):
+            t0 = time.perf_counter()
+            response = client.get(url, timeout=60)
+            times.append((time.perf_counter() - t0) * 1000)
+            response.raise_for_status()
+        body = response.json() if kind == "api" else {}
+        shown = body.get("count", "")
+        if body.get("count_is_estimate"):
+            shown = f"about {shown}"
+        results.append((label, statistics.median(times), percentile(times, 0.99), shown))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--conn-max-age", type=int, default=60)
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    args = parser.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+
+    recreate_database()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-list-"))
+    setup_django()
+    pool, projects, users, token, session_key = seed()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    table: dict[str, dict[int, tuple[float, float, str]]] = {}
+    stored = 0
+    web = None
+    try:
+        for size in sizes:
+            took = grow(pool, projects, users, stored, size)
+            stored = size
+            print(
+                f"{size:>9,} jobs stored (+{took:.1f} s bulk insert + VACUUM ANALYZE)", flush=True
+            )
+            if web is None:
+                web = start_web(port, args.conn_max_age, workdir / "web.log")
+                time.sleep(3)
+            for label, p50, p99, shown in measure(base, token, session_key, args.requests, size):
+                table.setdefault(label, {})[size] = (p50, p99, shown)
+                print(f"  {label:<26} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  count {shown}")
+    finally:
+        if web is not None:
+            stop(web)
+        from django.db import connections
+
+        connections.close_all()
+        if not args.keep:
+            drop_database()
+
+    print()
+    print(
+        f"gunicorn 2 workers, CONN_MAX_AGE={args.conn_max_age}, {args.requests} sequential "
+        "requests each, member of 10 of 40 projects (a quarter of the jobs)"
+    )
+    header = " | ".join(f"{s:,} jobs" for s in sizes)
+    print(f"| request (p50 / p99 ms) | {header} |")
+    print("|---|" + "---|" * len(sizes))
+    for label, by_size in table.items():
+        cells = " | ".join(f"{by_size[s][0]:.0f} / {by_size[s][1]:.0f}" for s in sizes)
+        print(f"| `{label}` | {cells} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""Benchmark: one resync pass over 10,000 active jobs in 100 project namespaces.
+
+Seeds its own database (gp_bench_resync, dropped afterwards) with P projects and N applied,
+queued jobs, creates each job's batch Job in kubesim (API only, CRDs loaded) over HTTP, then
+runs `jobs.reconcile.resync_jobs` (the periodic task's body, the sweep included) in this
+process and prints its duration, the API calls it made (LISTs per namespace), what it decided,
+and its peak Python memory (tracemalloc, a second pass) for the paged lists (500 a page) and,
+for comparison, with one unpaged LIST per call (--page-size 0 skips that comparison).
+
+    .venv/bin/python bench/resync_scale.py [--jobs 10000] [--projects 100] [--page-size 500]
+"""
+
+import argparse
+import collections
+import os
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+DATABASE_URL = os.environ.get(
+    "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gp_bench_resync"
+)
+DB_NAME = DATABASE_URL.rsplit("/", 1)[1]
+ADMIN_URL = DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
+IMAGE = "nvcr.io/nvidia/pytorch:24.08-py3"
+
+
+def admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def setup_django(kubeconfig: Path) -> None:
+    os.environ["DATABASE_URL"] = DATABASE_URL
+    os.environ["KUBECONFIG"] = str(kubeconfig)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings"
+    os.environ["PORTAL_KUBE_QPS"] = "0"
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def seed(projects: int, jobs: int):
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from jobs.models import Job
+    from quotas.models import GpuPool, ProjectQuota
+    from tenants.models import Department, Project
+
+    department = Department.objects.create(slug="bench", name="Bench")
+    pool = GpuPool.objects.create(
+        slug="bench-h100",
+        name="H100",
+        gpu_model="NVIDIA-H100-80GB-HBM3",
+        node_labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        node_count=2000,
+        gpus_per_node=8,
+    )
+    user = get_user_model().objects.create(username="bench")
+    rows = []
+    for i in range(projects):
+        project = Project.objects.create(slug=f"rs-{i}", name=f"RS {i}", department=department)
+        ProjectQuota.objects.create(project=project, pool=pool, resource="gpu", nominal=10_000)
+        rows.append(project)
+    now = timezone.now()
+    Job.objects.bulk_create(
+        [
+            Job(
+                project=rows[i % projects],
+                submitter=user,
+                name=f"job-{i}",
+                kind="single",
+                image=IMAGE,
+                command=["python", "train.py"],
+                gpus=1,
+                pool=pool,
+                cpu="8",
+                memory="64Gi",
+                max_runtime_minutes=1440,
+                backend="kueue",
+                state="queued",
+                applied_at=now,
+            )
+            for i in range(jobs)
+        ],
+        batch_size=2000,
+    )
+
+
+def create_cluster_objects(ks) -> float:
+    from bench.kubesim_api import bulk_create
+    from jobs.models import Job
+    from jobs.selectors import job_manifests
+
+    by_namespace = collections.defaultdict(list)
+    for job in Job.objects.select_related("project", "pool").iterator(chunk_size=2000):
+        (manifest,) = job_manifests(job)
+        by_namespace[job.project.namespace].append(manifest)
+    took = 0.0
+    for namespace, bodies in by_namespace.items():
+        took += bulk_create(ks, f"/apis/batch/v1/namespaces/{namespace}/jobs", bodies)
+    return took
+
+
+class CallCounter:
+    """Counts the API calls the portal's kube layer makes, by verb and collection."""
+
+    def __init__(self):
+        from portal.kube import apply as kube
+
+        self.kube = kube
+        self.original = kube._call_raw
+        self.calls: collections.Counter = collections.Counter()
+
+    def __enter__(self):
+        def counted(method, path, **kwargs):
+            self.calls[(method, path.rsplit("/", 1)[-1])] += 1
+            return self.original(method, path, **kwargs)
+
+        self.kube._call_raw = counted
+        return self
+
+    def __exit__(self, *exc):
+        self.kube._call_raw = self.original
+
+
+def one_pass(page_size: int, *, trace: bool):
+    from django.conf import settings
+
+    from jobs.reconcile import resync_jobs
+
+    settings.PORTAL_KUBE_LIST_PAGE_SIZE = page_size
+    enqueued = []
+    if trace:
+        tracemalloc.start()
+    with CallCounter() as counter:
+        t0 = time.perf_counter()
+        counts = resync_jobs(enqueue=enqueued.append)
+        took = time.perf_counter() - t0
+    peak = 0
+    if trace:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return took, counter.calls, counts, peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--projects", type=int, default=100)
+    parser.add_argument("--page-size", type=int, default=500)
+    args = parser.parse_args()
+
+    from kubesim.testing import KubesimProcess
+
+    admin(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
+    admin(f'CREATE DATABASE "{DB_NAME}"')
+    workdir = Path(tempfile.mkdtemp(prefix="bench-resync-"))
+    try:
+        with KubesimProcess(no_cluster=True, workdir=workdir / "ks") as ks:
+            setup_django(ks.kubeconfig)
+            from quotas.sync import sync_quota_objects
+
+            seed(args.projects, args.jobs)
+            sync_quota_objects()
+            created = create_cluster_objects(ks)
+            print(
+                f"{args.jobs:,} queued jobs in {args.projects} namespaces; their batch Jobs "
+                f"created in kubesim in {created:.1f} s"
+            )
+            variants = [("paged", args.page_size)]
+            if args.page_size:
+                variants.append(("unpaged", 1_000_000))
+            for label, size in variants:
+                took, calls, counts, _ = one_pass(size, trace=False)
+                _, _, _, peak = one_pass(size, trace=True)
+                lists = sum(n for (verb, _), n in calls.items() if verb == "GET")
+                by_kind = ", ".join(f"{k} {n}" for (_, k), n in sorted(calls.items()))
+                print(
+                    f"{label:>8} (limit {size:>7}): {took:5.2f} s, {sum(calls.values())} API "
+                    f"calls ({lists} LIST pages = {lists / args.projects:.2f} per namespace: "
+                    f"{by_kind}), peak Python memory {peak / 2**20:.1f} MiB; {counts}"
+                )
+            from django.db import connections
+
+            connections.close_all()
+    finally:
+        admin(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()
