@@ -121,6 +121,8 @@ class Cluster:
     nodes: list[NodeSpec]
     driver_version: str = "550.54.15"
     cuda_version: str = "12.4"
+    # registry hosts whose images need an imagePullSecret (cluster YAML `registries.private`)
+    private_registries: list[str] = field(default_factory=list)
     _by_name: dict[str, NodeSpec] = field(default_factory=dict, repr=False)
     _devices: dict[str, dict[str, Device]] = field(default_factory=dict, repr=False)
 
@@ -293,7 +295,19 @@ def parse_cluster(data: dict) -> Cluster:
         nodes=nodes,
         driver_version=str(data.get("driverVersion", "550.54.15")),
         cuda_version=str(data.get("cudaVersion", "12.4")),
+        private_registries=_private_registries(data.get("registries")),
     )
+
+
+def _private_registries(value) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        raise ClusterSpecError("registries: must be a mapping (private: [host, ...])")
+    hosts = value.get("private") or []
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts):
+        raise ClusterSpecError("registries.private: must be a list of registry hosts")
+    return [h.strip().lower().rstrip("/") for h in hosts]
 
 
 def _build_gpu(

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 
+from kubesim.api import pod_volumes, secrets
 from kubesim.api.quantity import Quantity, QuantityError
 from kubesim.api.schema import (
     duplicate,
@@ -475,6 +476,7 @@ def validate_pod_spec(spec, field: str) -> list[dict]:
         if name in volume_names:
             causes.append(duplicate(path, name))
         volume_names.add(name)
+    causes.extend(pod_volumes.validate_pod_volumes(spec, field))
     return causes
 
 
@@ -745,6 +747,7 @@ _VALIDATORS = {
     ("", "ReplicationController"): _validate_replication_controller,
     ("", "Service"): _validate_service,
     ("", "PersistentVolumeClaim"): _validate_pvc,
+    ("", "Secret"): secrets.validate_secret,
     ("", "ResourceQuota"): _validate_resource_quota,
     ("scheduling.k8s.io", "PriorityClass"): _validate_priority_class,
     ("", "Node"): _validate_node,

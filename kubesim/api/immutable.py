@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 
+from kubesim.api import secrets
 from kubesim.api.schema import field_error, forbidden, invalid
 
 IMMUTABLE = "field is immutable"
@@ -211,7 +212,9 @@ _VALIDATORS = {
     ("", "PersistentVolumeClaim"): _pvc,
     ("", "PersistentVolume"): _pv,
     ("", "Service"): _service,
-    ("", "Secret"): _immutable_data,
+    ("", "Secret"): lambda obj, old: (
+        _immutable_data(obj, old) + secrets.validate_secret_update(obj, old)
+    ),
     ("", "ConfigMap"): _immutable_data,
 }
 

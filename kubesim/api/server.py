@@ -896,6 +896,7 @@ class KubeServer:
             req.name,
             propagation=self._propagation(options),
             grace=grace is None or grace > 0,
+            grace_seconds=grace,
             preconditions=options.get("preconditions"),
             dry_run=bool(options.get("dryRun")),
         )
@@ -921,6 +922,7 @@ class KubeServer:
             field_reqs,
             propagation=self._propagation(options),
             grace=grace is None or grace > 0,
+            grace_seconds=grace,
             dry_run=bool(options.get("dryRun")),
         )
         items = [self._render(req, obj) for obj in deleted]

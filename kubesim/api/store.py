@@ -30,6 +30,7 @@ from kubesim.api import (
     upstream,
 )
 from kubesim.api import patch as patches
+from kubesim.api import secrets as secrets_api
 from kubesim.api.patch import PatchError
 from kubesim.api.registry import Registry, ResourceType, split_api_version
 from kubesim.api.watch import Subscription, Watcher, WatchEvent
@@ -368,6 +369,8 @@ class Store:
             causes.extend(schema.validate(obj, old) or [])
         elif not rtype.is_crd:
             self._decode_builtin(obj, field_validation)
+        if not rtype.is_crd and (rtype.group, rtype.kind) == ("", "Secret"):
+            secrets_api.decode_secret(obj)  # base64 data, stringData merged into data
         # built-in kinds' checks, and the Kueue webhook checks the CRD schema leaves out
         if not rtype.is_crd and operation == "UPDATE":
             _check_builtin_shape(obj)
@@ -885,6 +888,7 @@ class Store:
         *,
         propagation: str = "Background",
         grace: bool = False,
+        grace_seconds: int | None = None,
         preconditions: dict | None = None,
         dry_run: bool = False,
     ) -> dict | None:
@@ -915,10 +919,19 @@ class Store:
             hook("DELETE", old, old)
         if dry_run:
             return deep_copy(self.render(rtype, old, version))
-        result = self._delete(rtype, old, propagation, grace)
+        result = self._delete(rtype, old, propagation, grace, grace_seconds)
         return deep_copy(self.render(rtype, result, version))
 
-    def _delete(self, rtype: ResourceType, old: dict, propagation: str, grace: bool) -> dict:
+    def _delete(
+        self,
+        rtype: ResourceType,
+        old: dict,
+        propagation: str,
+        grace: bool,
+        grace_seconds: int | None = None,
+    ) -> dict:
+        """grace: delete a running pod gracefully (the kubelet finishes it), for grace_seconds
+        (the DeleteOptions' gracePeriodSeconds) or else its terminationGracePeriodSeconds."""
         meta = old["metadata"]
         if propagation not in ("Background", "Foreground", "Orphan"):
             raise errors.bad_request(f'unsupported propagation policy "{propagation}"')
@@ -940,17 +953,30 @@ class Store:
             and (old.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         )
         if finalizers or graceful or is_namespace:
-            if meta.get("deletionTimestamp") and finalizers == list(meta.get("finalizers") or []):
+            period = 0
+            if graceful:
+                period = int(
+                    grace_seconds
+                    if grace_seconds is not None
+                    else (old.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+                )
+            shorter = (
+                graceful
+                and meta.get("deletionTimestamp")
+                and period < int(meta.get("deletionGracePeriodSeconds") or 0)
+            )
+            if (
+                meta.get("deletionTimestamp")
+                and finalizers == list(meta.get("finalizers") or [])
+                and not shorter
+            ):
                 return old
             new = dict(old)
             new_meta = new["metadata"] = dict(meta)
-            if not meta.get("deletionTimestamp"):
+            if not meta.get("deletionTimestamp") or shorter:
+                # a second delete may only shorten the grace period, as upstream
                 new_meta["deletionTimestamp"] = self.now()
-                new_meta["deletionGracePeriodSeconds"] = (
-                    int((old.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
-                    if graceful
-                    else 0
-                )
+                new_meta["deletionGracePeriodSeconds"] = period
             if finalizers:
                 new_meta["finalizers"] = finalizers
             if is_namespace:
@@ -1112,6 +1138,7 @@ class Store:
         *,
         propagation: str = "Background",
         grace: bool = False,
+        grace_seconds: int | None = None,
         dry_run: bool = False,
     ) -> list[dict]:
         deleted = []
@@ -1124,7 +1151,7 @@ class Store:
             if dry_run:
                 deleted.append(current)
                 continue
-            deleted.append(self._delete(rtype, current, propagation, grace))
+            deleted.append(self._delete(rtype, current, propagation, grace, grace_seconds))
         return deleted
 
     def remove_all_of_type(self, rtype: ResourceType) -> None:

@@ -116,7 +116,9 @@ def eviction_handler(store):
                 {"status": {"conditions": conditions}},
                 subresource="status",
             )
-            store.delete("v1", "Pod", namespace, name, grace=grace is None or grace > 0)
+            store.delete(
+                "v1", "Pod", namespace, name, grace=grace is None or grace > 0, grace_seconds=grace
+            )
         return web.json_response(
             {
                 "kind": "Status",

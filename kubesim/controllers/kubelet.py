@@ -30,7 +30,7 @@ from aiohttp import web
 from kubesim.api.errors import ApiError, bad_request, not_found
 from kubesim.clock import rfc3339
 from kubesim.cluster import SYSTEM_POD_ANNOTATION, Cluster, node_resources, ready_conditions
-from kubesim.controllers import events, shell, storage
+from kubesim.controllers import events, pod_config, shell, storage
 from kubesim.controllers.context import follow
 from kubesim.controllers.scheduler import quantity_units
 
@@ -43,6 +43,8 @@ LEASE_NAMESPACE = "kube-node-lease"
 # XIDs the device plugin treats as application errors (the GPU stays healthy).
 APPLICATION_XIDS = {13, 31, 43, 45, 68, 109}
 MOUNT_RETRY_SECONDS = 10.0  # the kubelet retries volume set-up (events aggregate)
+CONFIG_RETRY_SECONDS = 10.0  # and a container whose env source is missing, on each pod sync
+PULL_BACKOFF_SECONDS = (10.0, 300.0)  # image pull back-off: 10 s doubling, capped at 5 min
 
 
 def _ts(epoch: float) -> str:
@@ -307,9 +309,14 @@ class PodRunner:
             "KUBERNETES_SERVICE_HOST": "10.96.0.1",
             "KUBERNETES_SERVICE_PORT": "443",
         }
+        # envFrom and valueFrom.secretKeyRef/configMapKeyRef (Secret data decoded)
+        env.update(pod_config.env_values(self.store, self.pod, container))
         for item in container.get("env") or []:
             if "value" in item:
                 env[item["name"]] = str(item.get("value") or "")
+                continue
+            source = item.get("valueFrom") or {}
+            if source.get("secretKeyRef") or source.get("configMapKeyRef"):
                 continue
             ref = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
             value = ""
@@ -661,6 +668,8 @@ class PodRunner:
                 field_path=field_path,
             )
             return False
+        if await self._pull_authorized(image, run, field_path):
+            return True
         self.record("Pulling", f'Pulling image "{image}"', field_path=field_path)
         seconds = 1.0 + (zlib.crc32(image.encode()) % 9000) / 1000.0 if not cached else 0.4
         if await self.wait(seconds):
@@ -675,6 +684,66 @@ class PodRunner:
         )
         return False
 
+    async def _pull_authorized(self, image: str, run: ContainerRun, field_path: str) -> bool:
+        """Retry (with back-off) until the registry lets this pod pull the image: a private
+        registry needs an imagePullSecret with credentials for it. True when stopped meanwhile."""
+        backoff = PULL_BACKOFF_SECONDS[0]
+        while True:
+            missing = pod_config.missing_pull_secrets(self.store, self.pod)
+            if missing:
+                self.record(
+                    "FailedToRetrieveImagePullSecret",
+                    f"Unable to retrieve some image pull secrets ({', '.join(missing)}); "
+                    "attempting to pull the image may not succeed.",
+                    type="Warning",
+                )
+            problem = pod_config.pull_problem(
+                self.store, self.kubelet.cluster.private_registries, self.pod, image
+            )
+            if problem is None:
+                if run.waiting_reason in ("ErrImagePull", "ImagePullBackOff"):
+                    run.waiting_reason, run.waiting_message = "ContainerCreating", ""
+                return False
+            self.record("Pulling", f'Pulling image "{image}"', field_path=field_path)
+            if await self.wait(0.5):
+                return True
+            self.record(
+                "Failed",
+                f'Failed to pull image "{image}": {problem}',
+                type="Warning",
+                field_path=field_path,
+            )
+            self.record("Failed", "Error: ErrImagePull", type="Warning", field_path=field_path)
+            run.waiting_reason, run.waiting_message = "ErrImagePull", problem
+            self.publish()
+            if await self.wait(1.0):
+                return True
+            message = f'Back-off pulling image "{image}"'
+            self.record("BackOff", message, field_path=field_path)
+            self.record("Failed", "Error: ImagePullBackOff", type="Warning", field_path=field_path)
+            run.waiting_reason, run.waiting_message = "ImagePullBackOff", message
+            self.publish()
+            if await self.wait(backoff):
+                return True
+            backoff = min(backoff * 2, PULL_BACKOFF_SECONDS[1])
+
+    async def _config_ready(self, container: dict, run: ContainerRun, field_path: str) -> bool:
+        """Wait while an env source is missing (CreateContainerConfigError, re-checked on each
+        sync); False when stopped meanwhile."""
+        while problem := pod_config.env_problem(self.store, self.pod, container):
+            run.waiting_reason, run.waiting_message = "CreateContainerConfigError", problem
+            self.record("Failed", f"Error: {problem}", type="Warning", field_path=field_path)
+            self.publish()
+            if await self.wait(CONFIG_RETRY_SECONDS):
+                return False
+            self.record(
+                "Pulled",
+                f'Container image "{container.get("image", "")}" already present on machine',
+                field_path=field_path,
+            )
+        run.waiting_message = ""
+        return True
+
     async def _run_container(
         self, container: dict, run: ContainerRun, *, init: bool = False
     ) -> bool:
@@ -686,6 +755,8 @@ class PodRunner:
             return False
         backoff = 10.0
         while True:
+            if not await self._config_ready(container, run, field_path):
+                return False
             env = self.env_for(container)
             timeline = shell.plan(container, env, self.kubelet.default_duration)
             self.record("Created", f"Created container: {run.name}", field_path=field_path)

@@ -208,7 +208,9 @@ class PodIntegration:
             for pod in live:
                 if not self._gated(pod) and not _terminal(pod):
                     with contextlib.suppress(errors.ApiError):
-                        self.store.delete("v1", "Pod", namespace, pod["metadata"]["name"])
+                        self.store.delete(
+                            "v1", "Pod", namespace, pod["metadata"]["name"], grace=True
+                        )
             return
         if _true(workload, "QuotaReserved") and _true(workload, "Admitted"):
             for pod in live:

@@ -46,7 +46,10 @@ def default_storage_class(store):
             return
         spec = claim.setdefault("spec", {})
         spec.setdefault("volumeMode", "Filesystem")
-        if "storageClassName" in spec or spec.get("volumeName"):
+        claim["status"] = {"phase": "Pending"}  # the PV controller's first sync, at once
+        # as upstream, a claim naming a volume gets the default class too: a static claim for a
+        # class-less PV (an NFS export) must say storageClassName: ""
+        if spec.get("storageClassName") is not None:
             return
         default = _default_class(store)
         if default is not None:
@@ -111,10 +114,8 @@ def mount_problems(store, pod: dict) -> list[tuple[str, str]]:
                 )
         elif volume.get("secret"):
             ref = volume["secret"]
-            if (
-                not ref.get("optional")
-                and store.try_get("v1", "Secret", namespace, ref.get("secretName")) is None
-            ):
+            secret = store.try_get("v1", "Secret", namespace, ref.get("secretName"))
+            if secret is None and not ref.get("optional"):
                 out.append(
                     (
                         name,
@@ -122,6 +123,17 @@ def mount_problems(store, pod: dict) -> list[tuple[str, str]]:
                         f'"{ref.get("secretName")}" not found',
                     )
                 )
+            elif secret is not None and not ref.get("optional"):
+                data = secret.get("data") or {}
+                missing = [i.get("key") for i in ref.get("items") or [] if i.get("key") not in data]
+                if missing:
+                    out.append(
+                        (
+                            name,
+                            f'MountVolume.SetUp failed for volume "{name}" : references '
+                            f"non-existent secret key: {missing[0]}",
+                        )
+                    )
         elif volume.get("persistentVolumeClaim"):
             claim_name = volume["persistentVolumeClaim"].get("claimName")
             claim = store.try_get("v1", "PersistentVolumeClaim", namespace, claim_name)
@@ -148,6 +160,24 @@ def _capacity(obj: dict, where: str) -> Quantity | None:
         return Quantity.parse(value) if value is not None else None
     except QuantityError:
         return None
+
+
+def volume_mismatch(volume: dict, claim: dict) -> str | None:
+    """Why a PV cannot satisfy a claim, in checkVolumeSatisfyClaim's words (None: it can)."""
+    pv_spec = volume.get("spec") or {}
+    spec = claim.get("spec") or {}
+    if volume["metadata"].get("deletionTimestamp"):
+        return f'the volume is marked for deletion "{volume["metadata"]["name"]}"'
+    wanted, size = _capacity(claim, "pvc"), _capacity(volume, "pv")
+    if wanted is not None and (size is None or size < wanted):
+        return "requested PV is too small"
+    if (pv_spec.get("storageClassName") or "") != (spec.get("storageClassName") or ""):
+        return "storageClassName does not match"
+    if (pv_spec.get("volumeMode") or "Filesystem") != (spec.get("volumeMode") or "Filesystem"):
+        return "incompatible volumeMode"
+    if not set(spec.get("accessModes") or []) <= set(pv_spec.get("accessModes") or []):
+        return "incompatible accessMode"
+    return None
 
 
 class VolumeBinder:
@@ -197,7 +227,9 @@ class VolumeBinder:
         modes = set(spec.get("accessModes") or [])
         volume = None
         if spec.get("volumeName"):
-            volume = self.store.try_get("v1", "PersistentVolume", None, spec["volumeName"])
+            volume = self._requested_volume(claim, spec["volumeName"])
+            if volume is None:
+                return
         else:
             candidates = []
             for pv in self.store.list("v1", "PersistentVolume", None):
@@ -225,8 +257,43 @@ class VolumeBinder:
             return
         self._bind(claim, volume)
 
+    def _requested_volume(self, claim: dict, pv_name: str) -> dict | None:
+        """The PV a claim names (static binding) when it may bind to it; else None, with the
+        event the PV controller writes (a missing PV just leaves the claim Pending)."""
+        meta = claim["metadata"]
+        volume = self.store.try_get("v1", "PersistentVolume", None, pv_name)
+        if volume is None:
+            return None
+        ref = (volume.get("spec") or {}).get("claimRef")
+        if ref:
+            ours = (ref.get("namespace"), ref.get("name")) == (meta["namespace"], meta["name"])
+            if ours and ref.get("uid") in (None, "", meta.get("uid")):
+                return volume
+            self._event(
+                claim,
+                "FailedBinding",
+                f'volume "{pv_name}" already bound to a different claim.',
+                "Warning",
+            )
+            return None
+        problem = volume_mismatch(volume, claim)
+        if problem:
+            self._event(
+                claim,
+                "VolumeMismatch",
+                f'Cannot bind to requested volume "{pv_name}": {problem}',
+                "Warning",
+            )
+            return None
+        return volume
+
     def _provision(self, claim: dict, class_name: str) -> dict | None:
         if not class_name:
+            self._event(
+                claim,
+                "FailedBinding",
+                "no persistent volumes available for this claim and no storage class is set",
+            )
             return None
         sc = self.store.try_get("storage.k8s.io/v1", "StorageClass", None, class_name)
         if sc is None:

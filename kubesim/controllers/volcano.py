@@ -926,7 +926,8 @@ class VolcanoController:
                 continue
             namespace, name = _key(pod)
             try:
-                self.store.delete("v1", "Pod", namespace, name)
+                # gracefully: the pod stays Terminating for its grace period
+                self.store.delete("v1", "Pod", namespace, name, grace=True)
             except ApiError as exc:
                 if exc.code != 404:
                     raise
