@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "quotas",
     "jobs",
     "gpumetrics",  # GPU metrics per job (issue 10)
+    "volumes",  # data volumes, checkpoints (issue 12)
 ]
 
 MIDDLEWARE = [
