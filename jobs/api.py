@@ -208,12 +208,16 @@ class JobCreateSerializer(serializers.Serializer):
     termination_grace_seconds = serializers.IntegerField(
         required=False,
         allow_null=True,
+        min_value=0,
+        max_value=7 * 24 * 3600,
         help_text="Seconds between SIGTERM and the kill on preemption or cancel (default 60, "
         "at most the pool's maximum).",
     )
     resume_from = serializers.IntegerField(
         required=False,
         allow_null=True,
+        min_value=1,
+        max_value=2**63 - 1,
         help_text="Id of an earlier, finished job of the project whose checkpoint directory "
         "this job continues in.",
     )

@@ -189,6 +189,8 @@ SPECTACULAR_SETTINGS = {
         "GangBackendEnum": "tenants.models.GangBackend",
         "JobStateEnum": "jobs.states.JobState",
         "PriorityEnum": "quotas.models.PriorityName",
+        "JobKindEnum": "jobs.models.JobKind",
+        "VolumeKindEnum": "volumes.models.VolumeKind",
     },
 }
 

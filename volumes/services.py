@@ -319,6 +319,10 @@ def volume_sync(volume: DataVolume) -> DataVolume:
         log.warning("volume %s: apply failed: %s", volume.pk, exc.message)
         _record(volume, SyncState.ERROR, f"the cluster said: {exc.message}", volume.claim_phase)
         return volume
+    except Exception as exc:  # no usable kubeconfig, etc.: the row stays, sync retries later
+        log.exception("volume %s: cannot reach the cluster", volume.pk)
+        _record(volume, SyncState.ERROR, f"cannot reach the cluster: {exc}", volume.claim_phase)
+        return volume
     if claim is None:
         _record(
             volume,
@@ -415,10 +419,16 @@ def _delete_objects(volume: DataVolume) -> list[str]:
             if pv is not None and vm.is_portal_claim(pv, spec):
                 kube.delete("v1", "PersistentVolume", pv_name)
                 deleted.append(f"PersistentVolume/{pv_name}")
+    except ValidationError:
+        raise
     except PermanentKubeError as exc:
         raise ValidationError({"delete_data": [f"The cluster refused: {exc.message}"]}) from exc
     except KubeError as exc:
         raise ClusterUnavailable(
             f"The cluster could not be reached ({exc.message}); nothing was deleted, try again."
+        ) from exc
+    except Exception as exc:  # no usable kubeconfig, etc.
+        raise ClusterUnavailable(
+            f"The cluster could not be reached ({exc}); nothing was deleted, try again."
         ) from exc
     return deleted
