@@ -105,6 +105,21 @@ class JobSerializer(serializers.ModelSerializer):
     pool = serializers.CharField(source="pool.slug", read_only=True, allow_null=True)
     is_terminal = serializers.BooleanField(read_only=True)
     env = EnvField()
+    mounts = serializers.SerializerMethodField(
+        help_text="Data volumes in the pods: volume, claim, path, read_only."
+    )
+    checkpoint_dir = serializers.CharField(
+        read_only=True,
+        help_text="CHECKPOINT_DIR in the pods: where the job's checkpoints are (on the project's "
+        "checkpoint volume), the same after preemption, requeue and resume; empty without one.",
+    )
+    resume_from = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
+
+    @extend_schema_field(
+        {"type": "array", "items": {"type": "object", "additionalProperties": True}}
+    )
+    def get_mounts(self, job: Job) -> list:
+        return list(job.mounts or [])
 
     class Meta:
         model = Job
@@ -135,6 +150,11 @@ class JobSerializer(serializers.ModelSerializer):
             "queue_position",
             "queue_length",
             "explanation",
+            "mounts",
+            "shm_size",
+            "termination_grace_seconds",
+            "checkpoint_dir",
+            "resume_from",
         ]
         read_only_fields = fields
 
@@ -174,6 +194,34 @@ class JobCreateSerializer(serializers.Serializer):
     priority = serializers.ChoiceField(choices=PRIORITIES, required=False, default="normal")
     max_runtime_minutes = serializers.IntegerField(required=False, allow_null=True)
     backend = serializers.ChoiceField(choices=BACKENDS, required=False, allow_blank=True)
+    # Shapes are checked by jobs.mounts, which names the item (mounts[1].path).
+    mounts = serializers.JSONField(
+        required=False,
+        help_text='Data volumes: [{"volume": "imagenet", "path": "/data", "read_only": true}]; '
+        "path defaults to the volume's default mount path, read_only to its access.",
+    )
+    shm_size = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=16,
+        help_text="Memory-backed /dev/shm, e.g. 8Gi; default half the memory, capped by the pool.",
+    )
+    termination_grace_seconds = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=7 * 24 * 3600,
+        help_text="Seconds between SIGTERM and the kill on preemption or cancel (default 60, "
+        "at most the pool's maximum).",
+    )
+    resume_from = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=2**63 - 1,
+        help_text="Id of an earlier, finished job of the project whose checkpoint directory "
+        "this job continues in.",
+    )
 
     def validate(self, attrs):
         # Say so when a client sends something the portal does not take (a pod spec, a

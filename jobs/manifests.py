@@ -15,6 +15,7 @@ Backends:
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.mounts import CHECKPOINT_ENV, SHM_PATH, checkpoint_sub_path
 from portal.kube import labels as L
 from quotas.manifests import (
     local_queue_name,
@@ -65,6 +66,17 @@ class JobManifestInput:
     eligible_pools: tuple[str, ...] = ()
     eligible_pool_labels: tuple[dict[str, str], ...] = ()
     other_pool_labels: tuple[dict[str, str], ...] = ()
+    # Issue 12: data volumes ({"volume", "claim", "path", "read_only"}), the memory-backed
+    # /dev/shm size, SIGTERM-to-kill seconds, and the checkpoint directory and its claim.
+    mounts: tuple[dict[str, Any], ...] = ()
+    shm_size: str = ""
+    termination_grace_seconds: int = 60
+    checkpoint_dir: str = ""
+    checkpoint_claim: str = ""
+
+
+SHM_VOLUME = "dshm"
+CHECKPOINT_VOLUME = "checkpoints"
 
 
 def object_name(job_id: int) -> str:
@@ -96,7 +108,70 @@ def _accelerator_limits(spec: JobManifestInput) -> dict[str, str]:
 
 def _env_list(spec: JobManifestInput, extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
     user = [{"name": k, "value": str(v)} for k, v in sorted(spec.env.items())]
+    if spec.checkpoint_dir:
+        extra = [*extra, {"name": CHECKPOINT_ENV, "value": spec.checkpoint_dir}]
     return user + extra
+
+
+def _data_volume_name(volume: str) -> str:
+    return f"vol-{volume}"
+
+
+def pod_volumes(spec: JobManifestInput) -> list[dict[str, Any]]:
+    """The memory-backed emptyDir at /dev/shm, one claim per data volume, the checkpoint claim.
+    Only emptyDir and persistentVolumeClaim: never a hostPath."""
+    volumes: list[dict[str, Any]] = []
+    if spec.shm_size:
+        volumes.append(
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}
+        )
+    claims: dict[str, dict[str, Any]] = {}
+    for mount in spec.mounts:
+        name = _data_volume_name(mount["volume"])
+        entry = claims.setdefault(
+            name,
+            {
+                "name": name,
+                "persistentVolumeClaim": {"claimName": mount["claim"], "readOnly": True},
+            },
+        )
+        # The claim is attached read-only only when every mount of it is.
+        if not mount["read_only"]:
+            entry["persistentVolumeClaim"]["readOnly"] = False
+    volumes.extend(claims[name] for name in sorted(claims))
+    if spec.checkpoint_dir and spec.checkpoint_claim:
+        volumes.append(
+            {
+                "name": CHECKPOINT_VOLUME,
+                "persistentVolumeClaim": {"claimName": spec.checkpoint_claim},
+            }
+        )
+    return volumes
+
+
+def container_volume_mounts(spec: JobManifestInput) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = []
+    if spec.shm_size:
+        mounts.append({"name": SHM_VOLUME, "mountPath": SHM_PATH})
+    for mount in spec.mounts:
+        mounts.append(
+            {
+                "name": _data_volume_name(mount["volume"]),
+                "mountPath": mount["path"],
+                "readOnly": bool(mount["read_only"]),
+            }
+        )
+    if spec.checkpoint_dir and spec.checkpoint_claim:
+        # Only the job's own directory of the volume (the kubelet creates it): the same path
+        # for every run of the job, and other jobs' checkpoints stay out of reach.
+        mounts.append(
+            {
+                "name": CHECKPOINT_VOLUME,
+                "mountPath": spec.checkpoint_dir,
+                "subPath": checkpoint_sub_path(spec.checkpoint_dir),
+            }
+        )
+    return mounts
 
 
 def _container(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[str, Any]:
@@ -121,6 +196,9 @@ def _container(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[
     env = _env_list(spec, extra_env)
     if env:
         container["env"] = env
+    volume_mounts = container_volume_mounts(spec)
+    if volume_mounts:
+        container["volumeMounts"] = volume_mounts
     return container
 
 
@@ -146,8 +224,13 @@ def _pod_spec(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[s
         "enableServiceLinks": False,
         "securityContext": _pod_security_context(spec),
         "tolerations": [dict(GPU_TOLERATION)],
+        # SIGTERM, then this long to write a checkpoint before the kill (preemption, cancel).
+        "terminationGracePeriodSeconds": spec.termination_grace_seconds,
         "containers": [_container(spec, extra_env)],
     }
+    volumes = pod_volumes(spec)
+    if volumes:
+        pod["volumes"] = volumes
     if spec.node_selector:
         # A chosen pool: Kueue only considers the flavor whose nodeLabels match.
         pod["nodeSelector"] = dict(sorted(spec.node_selector.items()))

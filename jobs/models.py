@@ -68,6 +68,19 @@ class Job(models.Model):
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     queue_length = models.PositiveIntegerField(null=True, blank=True)
     explanation = models.TextField(blank=True)
+    # Issue 12. Data volumes as resolved at submission ([{"volume", "claim", "path", "read_only"}]:
+    # the claim name is kept, so the job does not change if the volume is edited later).
+    mounts = models.JSONField(default=list, blank=True)
+    # The memory-backed /dev/shm size ("" on jobs stored before it existed: half the memory).
+    shm_size = models.CharField(max_length=16, blank=True)
+    termination_grace_seconds = models.PositiveIntegerField(default=60)
+    # Where the job keeps checkpoints (CHECKPOINT_DIR) and on which claim; empty without a
+    # checkpoint volume. Fixed at submission, so preemption and requeue keep it.
+    checkpoint_dir = models.CharField(max_length=300, blank=True)
+    checkpoint_claim = models.CharField(max_length=253, blank=True)
+    resume_from = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resumed_by"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

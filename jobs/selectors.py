@@ -8,8 +8,9 @@ from django.db.models import Q, QuerySet, Sum
 from jobs import manifests as job_manifests_module
 from jobs.manifests import JobManifestInput
 from jobs.models import Job, JobKind, QueueUsage
+from jobs.mounts import default_shm_bytes
 from jobs.states import ACTIVE
-from jobs.validation import PoolFacts
+from jobs.validation import PoolFacts, format_quantity, parse_quantity
 from quotas import arithmetic, mig
 from quotas.models import DepartmentQuota, GpuPool, ProjectQuota
 from tenants.models import Membership, PodSecurity, Project
@@ -79,6 +80,8 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
             "pool__mig_profiles",
             "pool__default_cpu",
             "pool__default_memory",
+            "pool__max_shm_size",
+            "pool__max_termination_grace_seconds",
         )
     )
     caps = {
@@ -94,7 +97,7 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
     for project_id, pool_id, resource, nominal, borrowing, *pool in rows:
         if project_id != project.pk:
             continue
-        slug, model, per_node, nodes, profiles, cpu, memory = pool
+        slug, model, per_node, nodes, profiles, cpu, memory, max_shm, max_grace = pool
         fact = facts.setdefault(
             pool_id,
             PoolFacts(
@@ -105,6 +108,8 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
                 mig_profiles=tuple(profiles or ()),
                 default_cpu=cpu,
                 default_memory=memory,
+                max_shm_size=max_shm,
+                max_termination_grace_seconds=max_grace,
                 maximum={},
                 guaranteed={},
             ),
@@ -170,7 +175,20 @@ def manifest_input_for_job(job: Job, *, job_id: int | None = None) -> JobManifes
         eligible_pools=eligible,
         eligible_pool_labels=eligible_labels,
         other_pool_labels=other_labels,
+        mounts=tuple(dict(m) for m in job.mounts or ()),
+        shm_size=job.shm_size or _half_memory(job.memory),
+        termination_grace_seconds=job.termination_grace_seconds,
+        checkpoint_dir=job.checkpoint_dir,
+        checkpoint_claim=job.checkpoint_claim,
     )
+
+
+def _half_memory(memory: str) -> str:
+    """The /dev/shm size of a job stored before shm_size existed: half its memory request."""
+    amount = parse_quantity(memory) if memory else None
+    if not amount:
+        return ""
+    return format_quantity(default_shm_bytes(amount, amount), "memory")
 
 
 def job_manifests(job: Job, *, job_id: int | None = None) -> list[dict[str, Any]]:

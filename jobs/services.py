@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from jobs import mounts as job_mounts
 from jobs.models import Job, JobEvent, JobKind, JobPod
 from jobs.selectors import job_manifests, pool_facts_for_project
 from jobs.states import JobState, can_transition
@@ -21,6 +22,7 @@ from portal.celery import app as celery_app
 from quotas.models import GpuPool
 from tenants.models import Membership, Project
 from tenants.permissions import WRITER_ROLES, can_write, is_staff
+from volumes.selectors import checkpoint_volume_of, volume_facts_for_project
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +235,64 @@ def _generated_name(kind: str) -> str:
     return f"{kind}-{timezone.now():%m%d-%H%M}-{secrets.token_hex(2)}"
 
 
+@dataclass(frozen=True)
+class CheckpointPlace:
+    directory: str = ""
+    claim: str = ""
+    resume_from: Job | None = None
+
+
+def _checkpoint_for(
+    *,
+    project: Project,
+    name: str,
+    volumes: dict[str, job_mounts.VolumeFacts],
+    resume_from: Any,
+    env: Any,
+    result: ValidationResult,
+) -> CheckpointPlace:
+    """Where the job keeps checkpoints: /checkpoints/<project>/<job name> on the project's
+    checkpoint volume, or, with resume_from, the earlier job's directory (errors go to result)."""
+    volume = checkpoint_volume_of(volumes)
+    if volume is not None and isinstance(env, dict) and job_mounts.CHECKPOINT_ENV in env:
+        result.add(
+            "env",
+            f"{job_mounts.CHECKPOINT_ENV} is set by the portal (the project has a checkpoint "
+            "volume) and cannot be overridden.",
+        )
+    if resume_from is None:
+        if volume is None:
+            return CheckpointPlace()
+        return CheckpointPlace(
+            directory=job_mounts.checkpoint_dir(project.slug, name), claim=volume.claim_name
+        )
+    earlier = None
+    if isinstance(resume_from, int) and not isinstance(resume_from, bool):
+        earlier = Job.objects.filter(pk=resume_from, project=project).first()
+    if earlier is None:
+        result.add("resume_from", f"No job {resume_from!r} in project {project.slug}.")
+        return CheckpointPlace()
+    if volume is None:
+        result.add(
+            "resume_from",
+            f"Project {project.slug} has no checkpoint volume, so there are no checkpoints to "
+            "resume from; a project admin can name one.",
+        )
+        return CheckpointPlace()
+    if not earlier.is_terminal:
+        result.add(
+            "resume_from",
+            f"Job {earlier.name} ({earlier.pk}) is still {earlier.state}; two runs must not "
+            "write the same checkpoints. Cancel it or wait until it ends.",
+        )
+        return CheckpointPlace()
+    return CheckpointPlace(
+        directory=earlier.checkpoint_dir or job_mounts.checkpoint_dir(project.slug, earlier.name),
+        claim=earlier.checkpoint_claim or volume.claim_name,
+        resume_from=earlier,
+    )
+
+
 def job_submit(
     *,
     actor: Any,
@@ -265,9 +325,21 @@ def job_submit(
         priority=data.get("priority") or "normal",
         max_runtime_minutes=data.get("max_runtime_minutes"),
         backend=backend,
+        mounts=data.get("mounts"),
+        shm_size=data.get("shm_size") or "",
+        termination_grace_seconds=data.get("termination_grace_seconds"),
     )
-    result = validate_job_request(request, pool_facts_for_project(project=project))
+    volumes = volume_facts_for_project(project=project)
+    result = validate_job_request(request, pool_facts_for_project(project=project), volumes=volumes)
     name = request.name or _generated_name(kind or "job")
+    checkpoint = _checkpoint_for(
+        project=project,
+        name=name,
+        volumes=volumes,
+        resume_from=data.get("resume_from"),
+        env=request.env,
+        result=result,
+    )
     # A real submission relies on the unique constraint (one query less on the hot path).
     if dry_run and result.ok and Job.objects.active().filter(project=project, name=name).exists():
         result.add("name", f"A job named {name!r} is already active in project {project.slug}.")
@@ -294,6 +366,12 @@ def job_submit(
             priority=request.priority,
             max_runtime_minutes=r.max_runtime_minutes,
             backend=r.backend,
+            mounts=[m.as_dict() for m in r.mounts],
+            shm_size=r.shm_size,
+            termination_grace_seconds=r.termination_grace_seconds,
+            checkpoint_dir=checkpoint.directory,
+            checkpoint_claim=checkpoint.claim,
+            resume_from=checkpoint.resume_from,
             state=JobState.SUBMITTED,
         )
     if dry_run:

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
+from jobs import mounts as job_mounts
 from quotas import arithmetic, mig
 
 FULL_GPU = "gpu"
@@ -68,6 +69,8 @@ class PoolFacts:
     default_memory: str
     maximum: dict[str, int] = field(default_factory=dict)  # resource ("gpu"/profile) → maximum
     guaranteed: dict[str, int] = field(default_factory=dict)  # resource → nominal (guaranteed)
+    max_shm_size: str = "64Gi"
+    max_termination_grace_seconds: int = 600
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,10 @@ class JobRequest:
     priority: str = "normal"
     max_runtime_minutes: int | None = None
     backend: str = ""
+    # Issue 12: data volumes, /dev/shm and the grace period before the kill (jobs.mounts).
+    mounts: object = None
+    shm_size: str = ""
+    termination_grace_seconds: int | None = None
 
 
 @dataclass
@@ -101,6 +108,9 @@ class Resolved:
     max_runtime_minutes: int = DEFAULT_RUNTIME_MINUTES
     mig_resource: str = ""
     eligible_pools: list[str] = field(default_factory=list)
+    mounts: list[job_mounts.ResolvedMount] = field(default_factory=list)
+    shm_size: str = ""
+    termination_grace_seconds: int = job_mounts.DEFAULT_GRACE_SECONDS
 
 
 @dataclass
@@ -451,8 +461,96 @@ def _min_default(pools: list[PoolFacts], attr: str) -> str:
     return min(values, key=lambda v: parse_quantity(v) or Decimal(0))
 
 
-def validate_job_request(req: JobRequest, pools: list[PoolFacts]) -> ValidationResult:
-    """All rules for a job request against the project's pools (pools with any quota)."""
+def _validate_mounts(
+    req: JobRequest, volumes: dict[str, job_mounts.VolumeFacts], result: ValidationResult
+) -> None:
+    resolved, errors = job_mounts.resolve_mounts(req.mounts, volumes, project_slug=req.project_slug)
+    for name, messages in errors.items():
+        for message in messages:
+            result.add(name, message)
+    result.resolved.mounts = resolved
+
+
+def _check_shm_and_grace(
+    req: JobRequest, pools: list[PoolFacts], result: ValidationResult
+) -> list[PoolFacts]:
+    """The pools whose caps allow the requested /dev/shm size and grace period."""
+    fitting = list(pools)
+    if req.shm_size:
+        wanted = parse_quantity(req.shm_size)
+        if wanted is None or wanted <= 0 or not _whole(wanted):
+            result.add("shm_size", f"{req.shm_size!r} is not a valid size (e.g. 8Gi or 512Mi).")
+            return []
+        if wanted < MIN_MEMORY:
+            result.add("shm_size", f"{req.shm_size!r} is below {MIN_MEMORY_TEXT}.")
+            return []
+        caps = {p.slug: parse_quantity(p.max_shm_size) or Decimal(0) for p in fitting}
+        still = [p for p in fitting if wanted <= caps[p.slug]]
+        if not still:
+            largest = max(fitting, key=lambda p: caps[p.slug])
+            result.add(
+                "shm_size",
+                f"A /dev/shm of {req.shm_size} is more than the pool allows: at most "
+                f"{largest.max_shm_size} (pool {largest.slug}).",
+            )
+            return []
+        fitting = still
+    grace = req.termination_grace_seconds
+    if grace is not None:
+        if not isinstance(grace, int) or isinstance(grace, bool) or grace < 0:
+            result.add(
+                "termination_grace_seconds", "The grace period is a whole number of seconds."
+            )
+            return []
+        still = [p for p in fitting if grace <= p.max_termination_grace_seconds]
+        if not still:
+            largest = max(fitting, key=lambda p: p.max_termination_grace_seconds)
+            result.add(
+                "termination_grace_seconds",
+                f"A grace period of {grace} s is more than the pool allows: at most "
+                f"{largest.max_termination_grace_seconds} s (pool {largest.slug}).",
+            )
+            return []
+        fitting = still
+    return fitting
+
+
+def _resolve_shm_and_grace(
+    req: JobRequest, pools: list[PoolFacts], result: ValidationResult
+) -> None:
+    """The /dev/shm size (asked for, or half the memory request capped by the pools) and the
+    grace period (asked for, or the default capped by the pools)."""
+    r = result.resolved
+    memory = parse_quantity(r.memory) or Decimal(0)
+    if req.shm_size:
+        wanted = parse_quantity(req.shm_size) or Decimal(0)
+        if wanted > memory:
+            # A memory-backed /dev/shm is charged to the pod's memory: more could never be used.
+            result.add(
+                "shm_size",
+                f"A /dev/shm of {req.shm_size} is more than the pod's memory ({r.memory}); "
+                "it is memory-backed and counts against it.",
+            )
+            return
+        r.shm_size = req.shm_size
+    else:
+        cap = min(parse_quantity(p.max_shm_size) or Decimal(0) for p in pools)
+        r.shm_size = format_quantity(job_mounts.default_shm_bytes(memory, cap), "memory")
+    if req.termination_grace_seconds is not None:
+        r.termination_grace_seconds = req.termination_grace_seconds
+    else:
+        cap_seconds = min(p.max_termination_grace_seconds for p in pools)
+        r.termination_grace_seconds = min(job_mounts.DEFAULT_GRACE_SECONDS, cap_seconds)
+
+
+def validate_job_request(
+    req: JobRequest,
+    pools: list[PoolFacts],
+    *,
+    volumes: dict[str, job_mounts.VolumeFacts] | None = None,
+) -> ValidationResult:
+    """All rules for a job request against the project's pools (pools with any quota) and its
+    data volumes (by name)."""
     result = ValidationResult()
     if req.kind not in KINDS:
         result.add("kind", f"Unknown kind {req.kind!r}; choose single, mig or gang.")
@@ -462,6 +560,7 @@ def validate_job_request(req: JobRequest, pools: list[PoolFacts]) -> ValidationR
     _validate_command(req, result)
     _validate_env(req, result)
     _validate_shape(req, result)
+    _validate_mounts(req, volumes or {}, result)
     if result.errors:
         return result
     candidates = _resolve_pools(req, pools, result)
@@ -473,6 +572,9 @@ def validate_job_request(req: JobRequest, pools: list[PoolFacts]) -> ValidationR
     admissible = _check_cpu_memory(req, admissible, result)
     if not admissible:
         return result
+    admissible = _check_shm_and_grace(req, admissible, result)
+    if not admissible:
+        return result
     r = result.resolved
     if req.kind == "gang" and r.backend == "volcano":
         admissible = [choose_gang_pool(admissible)]
@@ -481,4 +583,5 @@ def validate_job_request(req: JobRequest, pools: list[PoolFacts]) -> ValidationR
     # Defaults per pool; with several eligible pools, the smallest default fits any of them.
     r.cpu = req.cpu or _min_default(admissible, "default_cpu")
     r.memory = req.memory or _min_default(admissible, "default_memory")
+    _resolve_shm_and_grace(req, admissible, result)
     return result

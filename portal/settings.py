@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "quotas",
     "jobs",
     "gpumetrics",  # GPU metrics per job (issue 10)
+    "volumes",  # data volumes, checkpoints (issue 12)
 ]
 
 MIDDLEWARE = [
@@ -193,6 +194,8 @@ SPECTACULAR_SETTINGS = {
         "GangBackendEnum": "tenants.models.GangBackend",
         "JobStateEnum": "jobs.states.JobState",
         "PriorityEnum": "quotas.models.PriorityName",
+        "JobKindEnum": "jobs.models.JobKind",
+        "VolumeKindEnum": "volumes.models.VolumeKind",
     },
 }
 

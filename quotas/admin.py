@@ -72,6 +72,8 @@ class GpuPoolForm(forms.ModelForm):
             "mig_profiles",
             "default_cpu",
             "default_memory",
+            "max_shm_size",
+            "max_termination_grace_seconds",
         )
 
     def _post_clean(self) -> None:
@@ -185,6 +187,7 @@ class GpuPoolAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
         ("Nodes", {"fields": ("node_count", "gpus_per_node", "node_labels")}),
         ("MIG", {"fields": ("mig_profiles",)}),
         ("Pod defaults", {"fields": ("default_cpu", "default_memory")}),
+        ("Pod limits", {"fields": ("max_shm_size", "max_termination_grace_seconds")}),
     )
 
     def get_readonly_fields(self, request, obj=None):

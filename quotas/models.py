@@ -8,7 +8,7 @@ numbers are computed in quotas.arithmetic and the MIG profile table lives in quo
 import re
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
 from quotas import arithmetic, mig
@@ -109,6 +109,22 @@ class GpuPool(models.Model):
     default_cpu = models.CharField(max_length=16, default="8", help_text="CPU per pod by default.")
     default_memory = models.CharField(
         max_length=16, default="64Gi", help_text="Memory per pod by default."
+    )
+    # Issue 12: the most a job may ask for its memory-backed /dev/shm, and for the time between
+    # SIGTERM and the kill on preemption or cancel (jobs.validation applies both).
+    max_shm_size = models.CharField(
+        max_length=16,
+        default="64Gi",
+        validators=[
+            RegexValidator(
+                r"^[0-9]+(Ki|Mi|Gi|Ti)$", "A size in Ki, Mi, Gi or Ti, e.g. 64Gi or 512Mi."
+            )
+        ],
+        help_text="Largest /dev/shm (memory-backed) a pod may ask for, e.g. 64Gi.",
+    )
+    max_termination_grace_seconds = models.PositiveIntegerField(
+        default=600,
+        help_text="Longest grace period (seconds between SIGTERM and the kill) a job may ask for.",
     )
 
     class Meta:

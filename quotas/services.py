@@ -45,6 +45,8 @@ POOL_FIELDS = (
     "mig_profiles",
     "default_cpu",
     "default_memory",
+    "max_shm_size",
+    "max_termination_grace_seconds",
 )
 
 
@@ -172,6 +174,8 @@ def pool_create(
     node_labels: Mapping[str, str] | None = None,
     default_cpu: str = "8",
     default_memory: str = "64Gi",
+    max_shm_size: str = "64Gi",
+    max_termination_grace_seconds: int = 600,
 ) -> GpuPool:
     """Create a pool; empty node_labels select its nodes by the GFD product label."""
     _require_staff(actor, "create GPU pools")
@@ -185,6 +189,8 @@ def pool_create(
         node_labels=dict(node_labels or {}),
         default_cpu=default_cpu,
         default_memory=default_memory,
+        max_shm_size=max_shm_size,
+        max_termination_grace_seconds=max_termination_grace_seconds,
     )
     pool.full_clean()
     _raise(pool_conflicts(pool))

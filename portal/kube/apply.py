@@ -37,6 +37,8 @@ KINDS: dict[str, tuple[str, bool]] = {
     "Queue": ("queues", False),  # scheduling.volcano.sh
     "PodGroup": ("podgroups", True),
     "Command": ("commands", True),
+    "PersistentVolumeClaim": ("persistentvolumeclaims", True),
+    "PersistentVolume": ("persistentvolumes", False),
 }
 
 

@@ -145,6 +145,45 @@ def _assert_job_cancelled(p, persona: str) -> None:
     assert _job_in_a(p).state == "cancelled"
 
 
+def _volume_in_a(p) -> Any:
+    """A data volume (an existing claim) of project A."""
+    from volumes.models import DataVolume
+
+    volume, _ = DataVolume.objects.get_or_create(
+        project=p.project_a,
+        name="shared-data",
+        defaults={"kind": "existing", "claim_name": "shared-pvc", "mount_path": "/data"},
+    )
+    return volume
+
+
+def _volume_payload(p) -> dict:
+    return {
+        "project": "alpha",
+        "name": "matrix-vol",
+        "kind": "existing",
+        "claim_name": "matrix-pvc",
+        "mount_path": "/matrix",
+    }
+
+
+def _assert_volume_created(p, persona: str) -> None:
+    from volumes.models import DataVolume
+
+    volume = DataVolume.objects.get(project=p.project_a, name="matrix-vol")
+    assert volume.created_by == p.by_name(persona)
+
+
+def _assert_volume_described(p, persona: str) -> None:
+    assert _volume_in_a(p).description == "matrix"
+
+
+def _assert_volume_removed(p, persona: str) -> None:
+    from volumes.models import DataVolume
+
+    assert not DataVolume.objects.filter(project=p.project_a, name="shared-data").exists()
+
+
 READ_ALL_IN_PROJECT = {"outsider": 404, "viewer": 200, "member": 200, "admin": 200, "staff": 200}
 LIST_OK = dict.fromkeys(PERSONA_NAMES, 200)
 ADMINS_ONLY = {"outsider": 404, "viewer": 403, "member": 403, "admin": 200, "staff": 200}
@@ -200,6 +239,31 @@ CASES: dict[str, Case] = {
             "cancel": WRITERS,
         },
         after={"create": _assert_job_submitted, "cancel": _assert_job_cancelled},
+    ),
+    "volumes": Case(
+        target=lambda p: str(_volume_in_a(p).pk),
+        listed=lambda p, results: any(r["id"] == _volume_in_a(p).pk for r in results),
+        payloads={
+            "create": _volume_payload,
+            "update": lambda p: {"description": "matrix"},
+            "partial_update": lambda p: {"description": "matrix"},
+        },
+        expect={
+            "list": LIST_OK,
+            "retrieve": READ_ALL_IN_PROJECT,
+            "create": {"outsider": 400, "viewer": 403, "member": 403, "admin": 201, "staff": 201},
+            "update": ADMINS_ONLY,
+            "partial_update": ADMINS_ONLY,
+            "destroy": ADMINS_ONLY,
+            # Without a cluster the sync records the error on the volume (still a 200).
+            "sync": ADMINS_ONLY,
+        },
+        after={
+            "create": _assert_volume_created,
+            "update": _assert_volume_described,
+            "partial_update": _assert_volume_described,
+            "destroy": _assert_volume_removed,
+        },
     ),
     # GPU metrics (gpumetrics): nested under a job and a project.
     "job-metrics": Case(
