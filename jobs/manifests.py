@@ -15,6 +15,7 @@ Backends:
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.secret_refs import SecretEnv, SecretFile
 from portal.kube import labels as L
 from quotas.manifests import (
     local_queue_name,
@@ -65,6 +66,11 @@ class JobManifestInput:
     eligible_pools: tuple[str, ...] = ()
     eligible_pool_labels: tuple[dict[str, str], ...] = ()
     other_pool_labels: tuple[dict[str, str], ...] = ()
+    # Credentials (jobs.secret_refs, names resolved): env from Secret keys, Secrets mounted
+    # read-only, and the registry logins for the image. The manifests never hold a value.
+    secret_env: tuple[SecretEnv, ...] = ()
+    secret_files: tuple[SecretFile, ...] = ()
+    image_pull_secrets: tuple[str, ...] = ()
 
 
 def object_name(job_id: int) -> str:
@@ -95,8 +101,12 @@ def _accelerator_limits(spec: JobManifestInput) -> dict[str, str]:
 
 
 def _env_list(spec: JobManifestInput, extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    user = [{"name": k, "value": str(v)} for k, v in sorted(spec.env.items())]
-    return user + extra
+    user: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in spec.env.items()]
+    user += [
+        {"name": ref.name, "valueFrom": {"secretKeyRef": {"name": ref.secret_name, "key": ref.key}}}
+        for ref in spec.secret_env
+    ]
+    return sorted(user, key=lambda e: e["name"]) + extra
 
 
 def _container(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[str, Any]:
@@ -121,6 +131,11 @@ def _container(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[
     env = _env_list(spec, extra_env)
     if env:
         container["env"] = env
+    if spec.secret_files:
+        container.setdefault("volumeMounts", []).extend(
+            {"name": f.volume_name, "mountPath": f.path, "readOnly": True}
+            for f in spec.secret_files
+        )
     return container
 
 
@@ -156,6 +171,14 @@ def _pod_spec(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[s
         pod["affinity"] = affinity
     if spec.runtime_class:
         pod["runtimeClassName"] = spec.runtime_class
+    if spec.secret_files:
+        # 0440: readable by the pod's user and group (fsGroup under restricted), nobody else.
+        pod.setdefault("volumes", []).extend(
+            {"name": f.volume_name, "secret": {"secretName": f.secret_name, "defaultMode": 0o440}}
+            for f in spec.secret_files
+        )
+    if spec.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": name} for name in spec.image_pull_secrets]
     return pod
 
 

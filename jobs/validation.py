@@ -6,9 +6,11 @@ eligible pool); whether there is room right now is Kueue's and Volcano's decisio
 """
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
+from jobs import secret_refs
 from quotas import arithmetic, mig
 
 FULL_GPU = "gpu"
@@ -87,6 +89,8 @@ class JobRequest:
     priority: str = "normal"
     max_runtime_minutes: int | None = None
     backend: str = ""
+    # [{"secret": credential, "path": "/mount/path"}, ...] (jobs.secret_refs checks them)
+    secret_files: object = ()
 
 
 @dataclass
@@ -180,13 +184,19 @@ def _validate_env(req: JobRequest, result: ValidationResult) -> None:
     if env is None:
         return
     if not isinstance(env, dict):
-        result.add("env", "env must be an object of NAME: value strings.")
+        result.add(
+            "env",
+            'env must be an object of NAME: value strings or {"secret": ..., "key": ...} '
+            "references.",
+        )
         return
     if len(env) > ENV_MAX_VARS:
         result.add("env", f"{len(env)} environment variables; at most {ENV_MAX_VARS}.")
     size = 0
     for name, value in env.items():
-        if not isinstance(value, str):
+        if isinstance(value, dict):
+            value = ""  # a secret reference: jobs.secret_refs checks it, its name is checked here
+        elif not isinstance(value, str):
             result.add("env", f"The value of {name} must be a string.")
             continue
         size += len(str(name).encode()) + len(value.encode())
@@ -208,6 +218,19 @@ def _validate_env(req: JobRequest, result: ValidationResult) -> None:
             )
     if size > ENV_MAX_BYTES:
         result.add("env", f"The environment is {size} bytes; at most {ENV_MAX_BYTES}.")
+
+
+def _validate_secret_refs(
+    req: JobRequest,
+    credentials: Mapping[str, secret_refs.CredentialFacts],
+    result: ValidationResult,
+) -> None:
+    errors = secret_refs.check_secret_files(req.secret_files, credentials, req.project_slug)
+    if isinstance(req.env, dict):
+        errors.update(secret_refs.check_env_refs(req.env, credentials, req.project_slug))
+    for name, messages in errors.items():
+        for message in messages:
+            result.add(name, message)
 
 
 def _validate_scalars(req: JobRequest, result: ValidationResult) -> None:
@@ -451,8 +474,13 @@ def _min_default(pools: list[PoolFacts], attr: str) -> str:
     return min(values, key=lambda v: parse_quantity(v) or Decimal(0))
 
 
-def validate_job_request(req: JobRequest, pools: list[PoolFacts]) -> ValidationResult:
-    """All rules for a job request against the project's pools (pools with any quota)."""
+def validate_job_request(
+    req: JobRequest,
+    pools: list[PoolFacts],
+    credentials: Mapping[str, secret_refs.CredentialFacts] | None = None,
+) -> ValidationResult:
+    """All rules for a job request against the project's pools (pools with any quota) and
+    credentials (by name; the references in env and secret_files must name them)."""
     result = ValidationResult()
     if req.kind not in KINDS:
         result.add("kind", f"Unknown kind {req.kind!r}; choose single, mig or gang.")
@@ -461,6 +489,7 @@ def validate_job_request(req: JobRequest, pools: list[PoolFacts]) -> ValidationR
     _validate_image(req, result)
     _validate_command(req, result)
     _validate_env(req, result)
+    _validate_secret_refs(req, credentials or {}, result)
     _validate_shape(req, result)
     if result.errors:
         return result

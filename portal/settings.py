@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "quotas",
     "jobs",
     "gpumetrics",  # GPU metrics per job (issue 10)
+    "credentials",  # secrets and registry logins of projects (issue 12)
 ]
 
 MIDDLEWARE = [
@@ -188,6 +189,8 @@ SPECTACULAR_SETTINGS = {
         "GangBackendEnum": "tenants.models.GangBackend",
         "JobStateEnum": "jobs.states.JobState",
         "PriorityEnum": "quotas.models.PriorityName",
+        "JobKindEnum": "jobs.models.JobKind",
+        "CredentialKindEnum": "credentials.models.CredentialKind",
     },
 }
 
