@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import django_filters
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -22,6 +22,7 @@ from credentials.services import (
     credential_replace,
 )
 from portal.api import StrictCharField, TenantScopedViewSet, router
+from portal.api_errors import ApiErrorSerializer
 from tenants.permissions import is_project_admin
 
 
@@ -120,6 +121,11 @@ class ClusterUnavailableError(exceptions.APIException):
     default_code = "cluster_unavailable"
 
 
+UNAVAILABLE = OpenApiResponse(
+    ApiErrorSerializer, description="The cluster cannot be reached now; nothing was changed."
+)
+
+
 class CredentialViewSet(
     TenantScopedViewSet,
     mixins.ListModelMixin,
@@ -142,7 +148,9 @@ class CredentialViewSet(
     def denied_message(self, project) -> str:
         return f"Only admins of project '{project}' manage its credentials."
 
-    @extend_schema(request=CredentialCreateSerializer, responses={201: CredentialSerializer})
+    @extend_schema(
+        request=CredentialCreateSerializer, responses={201: CredentialSerializer, 503: UNAVAILABLE}
+    )
     def create(self, request: Request) -> Response:
         data = CredentialCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -169,17 +177,21 @@ class CredentialViewSet(
             raise ClusterUnavailableError(str(exc)) from exc
         return Response(CredentialSerializer(credential).data)
 
-    @extend_schema(request=CredentialReplaceSerializer, responses={200: CredentialSerializer})
+    @extend_schema(
+        request=CredentialReplaceSerializer, responses={200: CredentialSerializer, 503: UNAVAILABLE}
+    )
     def update(self, request: Request, pk: str | None = None) -> Response:
         """Replace all values (keys not given are removed from the Secret)."""
         return self._replace(request, replace_all=True)
 
-    @extend_schema(request=CredentialReplaceSerializer, responses={200: CredentialSerializer})
+    @extend_schema(
+        request=CredentialReplaceSerializer, responses={200: CredentialSerializer, 503: UNAVAILABLE}
+    )
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         """Replace the given values; the other keys keep theirs."""
         return self._replace(request, replace_all=False)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(responses={204: None, 503: UNAVAILABLE})
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         """Delete the credential and its Secret (jobs that name it will not start)."""
         try:

@@ -113,7 +113,8 @@ class EnvValueField(serializers.Field):
     checks the reference)."""
 
     default_error_messages = {
-        "invalid": 'Not a valid value: send a string or {{"secret": "<credential>", "key": "<key>"}}.'
+        "invalid": "Not a valid value: send a string or "
+        '{{"secret": "<credential>", "key": "<key>"}}.'
     }
 
     def to_internal_value(self, data):
