@@ -225,3 +225,46 @@ def test_bad_input_is_a_400_naming_the_field_and_not_quoting_the_value(
     assert field in response.json()["errors"], response.json()
     for value in ("v", "t"):
         assert f"'{value}'" not in response.content.decode()
+
+
+def test_no_cluster_is_a_503_and_nothing_is_stored(personas, api_client_for, settings, tmp_path):
+    from credentials.models import Credential
+    from portal.kube.client import reset_api_client
+
+    settings.KUBECONFIG = str(tmp_path / "no-such-kubeconfig")
+    reset_api_client()
+    body = {"project": "alpha", "name": "hf", "kind": "secret", "values": {"token": TOKEN}}
+    response = api_client_for(personas.admin).post(URL, body, format="json")
+    assert response.status_code == 503
+    assert response.json()["detail"]
+    _never_shows(response.content, TOKEN)
+    assert not Credential.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_partial_replacements_both_land(kube):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    from credentials.models import Credential
+    from credentials.services import credential_create, credential_replace
+
+    credential_create(
+        actor=kube.admin,
+        project="alpha",
+        name="pair",
+        kind="secret",
+        values={"a": "a-0", "b": "b-0"},
+    )
+
+    def replace(key):
+        try:
+            credential = Credential.objects.get(project__slug="alpha", name="pair")
+            credential_replace(actor=kube.admin, credential=credential, values={key: f"{key}-1"})
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(replace, ["a", "b"]))
+    assert decoded(read_secret("gp-alpha", "gp-cred-pair")) == {"a": "a-1", "b": "b-1"}
