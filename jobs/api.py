@@ -97,6 +97,36 @@ class EnvField(serializers.Field):
         return cache[job.project_id]
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string"},
+            {
+                "type": "object",
+                "properties": {"secret": {"type": "string"}, "key": {"type": "string"}},
+                "required": ["secret", "key"],
+            },
+        ],
+    }
+)
+class EnvValueField(serializers.Field):
+    """A plain string, or a reference to a key of a project credential (jobs.secret_refs
+    checks the reference)."""
+
+    default_error_messages = {
+        "invalid": "Not a valid value: send a string or "
+        '{{"secret": "<credential>", "key": "<key>"}}.'
+    }
+
+    def to_internal_value(self, data):
+        if isinstance(data, str | dict):
+            return data
+        self.fail("invalid")
+
+    def to_representation(self, value):
+        return value
+
+
 class JobSerializer(serializers.ModelSerializer):
     """What a job looks like when read."""
 
@@ -136,6 +166,7 @@ class JobSerializer(serializers.ModelSerializer):
             "image",
             "command",
             "env",
+            "secret_files",
             "gpus",
             "mig_profile",
             "replicas",
@@ -168,6 +199,16 @@ class JobDetailSerializer(JobSerializer):
         read_only_fields = fields
 
 
+class JobCreatedSerializer(JobDetailSerializer):
+    """The answer to a submission: the job, and advice that did not stop it."""
+
+    warnings = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+    class Meta(JobDetailSerializer.Meta):
+        fields = [*JobDetailSerializer.Meta.fields, "warnings"]
+        read_only_fields = fields
+
+
 class JobCreateSerializer(serializers.Serializer):
     """The request. Shapes only; the rules (quota, MIG, env, sizes) are in jobs.validation."""
 
@@ -181,9 +222,18 @@ class JobCreateSerializer(serializers.Serializer):
         default=list,
     )
     env = serializers.DictField(
-        child=StrictCharField(allow_blank=True, trim_whitespace=False),
+        child=EnvValueField(),
         required=False,
         default=dict,
+        help_text='NAME → a string, or {"secret": "<credential>", "key": "<key>"} to take the '
+        "value from a project credential (the value never passes through the portal's job).",
+    )
+    secret_files = serializers.ListField(
+        child=serializers.JSONField(),
+        required=False,
+        default=list,
+        help_text='[{"secret": "<credential>", "path": "/var/run/gcp"}]: the credential\'s keys '
+        "as read-only files in that directory.",
     )
     gpus = serializers.IntegerField(required=False, allow_null=True)
     mig_profile = StrictCharField(required=False, allow_blank=True, max_length=32)
@@ -237,6 +287,7 @@ class JobCreateSerializer(serializers.Serializer):
 
 class DryRunSerializer(serializers.Serializer):
     valid = serializers.BooleanField()
+    warnings = serializers.ListField(child=serializers.CharField())
     errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
     manifests = serializers.ListField(child=serializers.DictField())
 
@@ -315,7 +366,7 @@ class JobViewSet(
             )
         ],
         request=JobCreateSerializer,
-        responses={201: JobDetailSerializer, 200: DryRunSerializer},
+        responses={201: JobCreatedSerializer, 200: DryRunSerializer},
     )
     def create(self, request, *args, **kwargs):
         serializer = JobCreateSerializer(data=request.data)
@@ -332,12 +383,15 @@ class JobViewSet(
             body = {
                 "valid": outcome.validation.ok,
                 "errors": outcome.validation.errors,
+                "warnings": outcome.warnings,
                 "manifests": outcome.manifests,
             }
             return Response(body, status=status.HTTP_200_OK)
         # The stored job as it is in memory (no re-read): its one event is the submission.
         data = JobSerializer(outcome.job, context=self.get_serializer_context()).data
         data["events"] = JobEventSerializer(outcome.events, many=True).data
+        # Advice (e.g. a plain value that looks like a credential); the job was stored.
+        data["warnings"] = outcome.warnings
         return Response(data, status=status.HTTP_201_CREATED)
 
     @extend_schema(

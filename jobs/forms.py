@@ -18,7 +18,10 @@ class JobSubmitForm(forms.Form):
         help_text="As in a shell, e.g. torchrun --nproc-per-node=8 train.py --epochs 3",
     )
     env = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="NAME=value per line."
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="NAME=value per line. Tokens and passwords belong in a project credential "
+        "(API /api/v1/credentials/), referenced from the job instead of typed here.",
     )
     gpus = forms.IntegerField(required=False, initial=1, help_text="Whole GPUs per pod (1–8).")
     mig_profile = forms.CharField(required=False, help_text="MIG jobs only, e.g. 1g.10gb.")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.mounts import CHECKPOINT_ENV, SHM_PATH, checkpoint_sub_path
+from jobs.secret_refs import SecretEnv, SecretFile
 from portal.kube import labels as L
 from quotas.manifests import (
     local_queue_name,
@@ -73,6 +74,11 @@ class JobManifestInput:
     termination_grace_seconds: int = 60
     checkpoint_dir: str = ""
     checkpoint_claim: str = ""
+    # Credentials (jobs.secret_refs, names resolved): env from Secret keys, Secrets mounted
+    # read-only, and the registry logins for the image. The manifests never hold a value.
+    secret_env: tuple[SecretEnv, ...] = ()
+    secret_files: tuple[SecretFile, ...] = ()
+    image_pull_secrets: tuple[str, ...] = ()
 
 
 SHM_VOLUME = "dshm"
@@ -107,10 +113,14 @@ def _accelerator_limits(spec: JobManifestInput) -> dict[str, str]:
 
 
 def _env_list(spec: JobManifestInput, extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    user = [{"name": k, "value": str(v)} for k, v in sorted(spec.env.items())]
     if spec.checkpoint_dir:
         extra = [*extra, {"name": CHECKPOINT_ENV, "value": spec.checkpoint_dir}]
-    return user + extra
+    user: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in spec.env.items()]
+    user += [
+        {"name": ref.name, "valueFrom": {"secretKeyRef": {"name": ref.secret_name, "key": ref.key}}}
+        for ref in spec.secret_env
+    ]
+    return sorted(user, key=lambda e: e["name"]) + extra
 
 
 def _data_volume_name(volume: str) -> str:
@@ -199,6 +209,11 @@ def _container(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[
     volume_mounts = container_volume_mounts(spec)
     if volume_mounts:
         container["volumeMounts"] = volume_mounts
+    if spec.secret_files:
+        container.setdefault("volumeMounts", []).extend(
+            {"name": f.volume_name, "mountPath": f.path, "readOnly": True}
+            for f in spec.secret_files
+        )
     return container
 
 
@@ -239,6 +254,14 @@ def _pod_spec(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[s
         pod["affinity"] = affinity
     if spec.runtime_class:
         pod["runtimeClassName"] = spec.runtime_class
+    if spec.secret_files:
+        # 0440: readable by the pod's user and group (fsGroup under restricted), nobody else.
+        pod.setdefault("volumes", []).extend(
+            {"name": f.volume_name, "secret": {"secretName": f.secret_name, "defaultMode": 0o440}}
+            for f in spec.secret_files
+        )
+    if spec.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": name} for name in spec.image_pull_secrets]
     return pod
 
 

@@ -35,7 +35,10 @@ class Job(models.Model):
     kind = models.CharField(max_length=16, choices=JobKind.choices)
     image = models.CharField(max_length=512)
     command = models.JSONField(default=list, blank=True)
+    # NAME → a plain string, or {"secret": credential, "key": key} (a value kept in the Secret).
     env = models.JSONField(default=dict, blank=True)
+    # [{"secret": credential, "path": "/mount/path"}]: credentials mounted read-only as files.
+    secret_files = models.JSONField(default=list, blank=True)
     gpus = models.PositiveSmallIntegerField(default=0, help_text="Whole GPUs per pod.")
     mig_profile = models.CharField(max_length=32, blank=True)
     replicas = models.PositiveSmallIntegerField(default=1)

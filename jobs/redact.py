@@ -17,9 +17,10 @@ HIDDEN = "(hidden)"
 _RAW_REPLACE_MIN = 6
 
 
-def hidden_env(env: dict[str, Any]) -> dict[str, None]:
-    """The names of the variables, their values withheld (null)."""
-    return {name: None for name in env}
+def hidden_env(env: dict[str, Any]) -> dict[str, Any]:
+    """The names of the variables, their values withheld (null). A secret reference
+    ({"secret": ..., "key": ...}) holds no value and is kept."""
+    return {name: (value if isinstance(value, dict) else None) for name, value in env.items()}
 
 
 def redact_manifests(manifests: list[dict[str, Any]], env: dict[str, Any]) -> list[dict[str, Any]]:
@@ -41,7 +42,7 @@ def redact_manifests(manifests: list[dict[str, Any]], env: dict[str, Any]) -> li
 
 def redact_text(text: str, env: dict[str, Any]) -> str:
     """`text` with the env values in it replaced by HIDDEN (longest first)."""
-    values = sorted({str(v) for v in env.values() if str(v)}, key=len, reverse=True)
+    values = sorted({v for v in env.values() if isinstance(v, str) and v}, key=len, reverse=True)
     for value in values:
         if len(value) >= _RAW_REPLACE_MIN:
             text = text.replace(value, HIDDEN)

@@ -5,7 +5,9 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q, QuerySet, Sum
 
+from credentials.models import Credential
 from jobs import manifests as job_manifests_module
+from jobs import secret_refs
 from jobs.manifests import JobManifestInput
 from jobs.models import Job, JobKind, QueueUsage
 from jobs.mounts import default_shm_bytes
@@ -125,6 +127,28 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
     return sorted(facts.values(), key=lambda f: f.slug)
 
 
+def credential_facts_for_project(*, project: Project) -> dict[str, secret_refs.CredentialFacts]:
+    """The project's credentials by name: kind, key names and registry server (never values)."""
+    return {
+        name: secret_refs.CredentialFacts(
+            name=name, kind=kind, keys=tuple(keys or ()), server=server
+        )
+        for name, kind, keys, server in Credential.objects.filter(project=project)
+        .order_by("name")
+        .values_list("name", "kind", "keys", "server")
+    }
+
+
+def _pull_secrets(job: Job) -> tuple[str, ...]:
+    registry_logins = [
+        secret_refs.CredentialFacts(name=name, kind=secret_refs.REGISTRY_KIND, server=server)
+        for name, server in Credential.objects.filter(
+            project_id=job.project_id, kind=secret_refs.REGISTRY_KIND
+        ).values_list("name", "server")
+    ]
+    return secret_refs.pull_secrets_for(job.image, registry_logins)
+
+
 def runtime_class() -> str:
     return str(getattr(settings, "PORTAL_RUNTIME_CLASS", "") or "")
 
@@ -152,6 +176,7 @@ def _pool_labels(
 def manifest_input_for_job(job: Job, *, job_id: int | None = None) -> JobManifestInput:
     project = job.project
     eligible, eligible_labels, other_labels = _pool_labels(job)
+    plain_env, secret_env = secret_refs.resolve_env(job.env or {})
     return JobManifestInput(
         job_id=job.pk if job_id is None else job_id,
         name=job.name,
@@ -161,7 +186,10 @@ def manifest_input_for_job(job: Job, *, job_id: int | None = None) -> JobManifes
         backend=job.backend,
         image=job.image,
         command=tuple(job.command or ()),
-        env=dict(job.env or {}),
+        env=plain_env,
+        secret_env=secret_env,
+        secret_files=secret_refs.resolve_files(job.secret_files or ()),
+        image_pull_secrets=_pull_secrets(job),
         gpus=job.gpus,
         mig_resource=mig.resource_name(job.mig_profile) if job.kind == JobKind.MIG else "",
         replicas=job.replicas,

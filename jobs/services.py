@@ -14,8 +14,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from jobs import mounts as job_mounts
+from jobs import secret_refs
 from jobs.models import Job, JobEvent, JobKind, JobPod
-from jobs.selectors import job_manifests, pool_facts_for_project
+from jobs.selectors import credential_facts_for_project, job_manifests, pool_facts_for_project
 from jobs.states import JobState, can_transition
 from jobs.validation import JobRequest, ValidationResult, validate_job_request
 from portal.celery import app as celery_app
@@ -203,6 +204,8 @@ class SubmitOutcome:
     validation: ValidationResult
     manifests: list[dict[str, Any]]  # rendered for dry runs
     events: list[JobEvent] = field(default_factory=list)
+    # Advice that does not stop the job (plain env values that look like credentials).
+    warnings: list[str] = field(default_factory=list)
 
 
 def _writable_project(actor: Any, project: Project | str) -> Project:
@@ -328,9 +331,18 @@ def job_submit(
         mounts=data.get("mounts"),
         shm_size=data.get("shm_size") or "",
         termination_grace_seconds=data.get("termination_grace_seconds"),
+        secret_files=data.get("secret_files") if data.get("secret_files") is not None else [],
     )
     volumes = volume_facts_for_project(project=project)
-    result = validate_job_request(request, pool_facts_for_project(project=project), volumes=volumes)
+    result = validate_job_request(
+        request,
+        pool_facts_for_project(project=project),
+        credential_facts_for_project(project=project),
+        volumes=volumes,
+    )
+    warnings = (
+        secret_refs.plain_credential_warnings(request.env) if isinstance(request.env, dict) else []
+    )
     name = request.name or _generated_name(kind or "job")
     checkpoint = _checkpoint_for(
         project=project,
@@ -356,6 +368,7 @@ def job_submit(
             image=request.image,
             command=list(request.command),
             env=dict(request.env),
+            secret_files=list(request.secret_files),
             gpus=r.gpus,
             mig_profile=request.mig_profile if kind == JobKind.MIG else "",
             replicas=r.replicas,
@@ -377,7 +390,7 @@ def job_submit(
     if dry_run:
         # Nothing is stored; names show id 0 until a real submission assigns the id.
         manifests = job_manifests(job, job_id=0) if job is not None else []
-        return SubmitOutcome(job=None, validation=result, manifests=manifests)
+        return SubmitOutcome(job=None, validation=result, manifests=manifests, warnings=warnings)
     try:
         with transaction.atomic():
             job.save()
@@ -395,7 +408,9 @@ def job_submit(
         raise ValidationError(
             {"name": [f"A job named {name!r} is already active in project {project.slug}."]}
         ) from exc
-    return SubmitOutcome(job=job, validation=result, manifests=[], events=[event])
+    return SubmitOutcome(
+        job=job, validation=result, manifests=[], events=[event], warnings=warnings
+    )
 
 
 def job_cancel(*, actor: Any, job: Job, source: str = "api") -> Job:

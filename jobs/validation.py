@@ -6,10 +6,12 @@ eligible pool); whether there is room right now is Kueue's and Volcano's decisio
 """
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 from jobs import mounts as job_mounts
+from jobs import secret_refs
 from quotas import arithmetic, mig
 
 FULL_GPU = "gpu"
@@ -94,6 +96,8 @@ class JobRequest:
     mounts: object = None
     shm_size: str = ""
     termination_grace_seconds: int | None = None
+    # [{"secret": credential, "path": "/mount/path"}, ...] (jobs.secret_refs checks them)
+    secret_files: object = ()
 
 
 @dataclass
@@ -190,13 +194,19 @@ def _validate_env(req: JobRequest, result: ValidationResult) -> None:
     if env is None:
         return
     if not isinstance(env, dict):
-        result.add("env", "env must be an object of NAME: value strings.")
+        result.add(
+            "env",
+            'env must be an object of NAME: value strings or {"secret": ..., "key": ...} '
+            "references.",
+        )
         return
     if len(env) > ENV_MAX_VARS:
         result.add("env", f"{len(env)} environment variables; at most {ENV_MAX_VARS}.")
     size = 0
     for name, value in env.items():
-        if not isinstance(value, str):
+        if isinstance(value, dict):
+            value = ""  # a secret reference: jobs.secret_refs checks it, its name is checked here
+        elif not isinstance(value, str):
             result.add("env", f"The value of {name} must be a string.")
             continue
         size += len(str(name).encode()) + len(value.encode())
@@ -218,6 +228,19 @@ def _validate_env(req: JobRequest, result: ValidationResult) -> None:
             )
     if size > ENV_MAX_BYTES:
         result.add("env", f"The environment is {size} bytes; at most {ENV_MAX_BYTES}.")
+
+
+def _validate_secret_refs(
+    req: JobRequest,
+    credentials: Mapping[str, secret_refs.CredentialFacts],
+    result: ValidationResult,
+) -> None:
+    errors = secret_refs.check_secret_files(req.secret_files, credentials, req.project_slug)
+    if isinstance(req.env, dict):
+        errors.update(secret_refs.check_env_refs(req.env, credentials, req.project_slug))
+    for name, messages in errors.items():
+        for message in messages:
+            result.add(name, message)
 
 
 def _validate_scalars(req: JobRequest, result: ValidationResult) -> None:
@@ -546,11 +569,13 @@ def _resolve_shm_and_grace(
 def validate_job_request(
     req: JobRequest,
     pools: list[PoolFacts],
+    credentials: Mapping[str, secret_refs.CredentialFacts] | None = None,
     *,
     volumes: dict[str, job_mounts.VolumeFacts] | None = None,
 ) -> ValidationResult:
-    """All rules for a job request against the project's pools (pools with any quota) and its
-    data volumes (by name)."""
+    """All rules for a job request against the project's pools (pools with any quota), its
+    credentials (by name; the references in env and secret_files must name them) and its data
+    volumes (by name)."""
     result = ValidationResult()
     if req.kind not in KINDS:
         result.add("kind", f"Unknown kind {req.kind!r}; choose single, mig or gang.")
@@ -559,6 +584,7 @@ def validate_job_request(
     _validate_image(req, result)
     _validate_command(req, result)
     _validate_env(req, result)
+    _validate_secret_refs(req, credentials or {}, result)
     _validate_shape(req, result)
     _validate_mounts(req, volumes or {}, result)
     if result.errors:

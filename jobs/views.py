@@ -90,4 +90,6 @@ class JobSubmitView(LoginRequiredMixin, View):
                 form.add_error(field if field in form.fields else None, errors)
             return render(request, "jobs/submit.html", {"form": form}, status=400)
         messages.success(request, f"Job {outcome.job.name} submitted.")
+        for warning in outcome.warnings:
+            messages.warning(request, warning)
         return redirect("job-detail", pk=outcome.job.pk)

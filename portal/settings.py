@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "jobs",
     "gpumetrics",  # GPU metrics per job (issue 10)
     "volumes",  # data volumes, checkpoints (issue 12)
+    "credentials",  # secrets and registry logins of projects (issue 12)
 ]
 
 MIDDLEWARE = [
@@ -196,6 +197,7 @@ SPECTACULAR_SETTINGS = {
         "PriorityEnum": "quotas.models.PriorityName",
         "JobKindEnum": "jobs.models.JobKind",
         "VolumeKindEnum": "volumes.models.VolumeKind",
+        "CredentialKindEnum": "credentials.models.CredentialKind",
     },
 }
 

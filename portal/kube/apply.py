@@ -24,6 +24,7 @@ KINDS: dict[str, tuple[str, bool]] = {
     "Namespace": ("namespaces", False),
     "Pod": ("pods", True),
     "Service": ("services", True),
+    "Secret": ("secrets", True),
     "Event": ("events", True),
     "ResourceQuota": ("resourcequotas", True),
     "Job": ("jobs", True),  # batch/v1 and batch.volcano.sh/v1alpha1

@@ -67,6 +67,8 @@ class Case:
     after: dict[str, Callable[[Any, str], None]] = field(default_factory=dict)
     # URL kwargs of a nested route (e.g. /jobs/{job_pk}/metrics/), given personas
     url_kwargs: Callable[[Any], dict[str, str]] | None = None
+    # Called with the test's request before the call (e.g. to point the portal at a cluster).
+    setup: Callable[[Any], None] | None = None
 
 
 def _bob_membership(p) -> Any:
@@ -182,6 +184,29 @@ def _assert_volume_removed(p, persona: str) -> None:
     from volumes.models import DataVolume
 
     assert not DataVolume.objects.filter(project=p.project_a, name="shared-data").exists()
+def _credential_in_a(p) -> Any:
+    """A secret credential of project A (the row; its Secret is written by a create)."""
+    from credentials.models import Credential
+
+    credential, _ = Credential.objects.get_or_create(
+        project=p.project_a, name="hf", defaults={"kind": "secret", "keys": ["token"]}
+    )
+    return credential
+
+
+def _with_kubesim(request) -> None:
+    # Credential writes go to the cluster at once: the session's API-only kubesim.
+    from tests.credentials.conftest import point_at_kubesim
+
+    point_at_kubesim(request.getfixturevalue("kubesim_api"), request.getfixturevalue("settings"))
+
+
+def _assert_credential_created(p, persona: str) -> None:
+    from credentials.models import Credential
+
+    assert Credential.objects.get(project=p.project_a, name="matrix").created_by == p.by_name(
+        persona
+    )
 
 
 READ_ALL_IN_PROJECT = {"outsider": 404, "viewer": 200, "member": 200, "admin": 200, "staff": 200}
@@ -265,6 +290,30 @@ CASES: dict[str, Case] = {
             "destroy": _assert_volume_removed,
         },
     ),
+    "credentials": Case(
+        target=lambda p: str(_credential_in_a(p).pk),
+        listed=lambda p, results: any(r["name"] == "hf" for r in results),
+        payloads={
+            "create": lambda p: {
+                "project": "alpha",
+                "name": "matrix",
+                "kind": "secret",
+                "values": {"token": "matrix-value"},
+            },
+            "update": lambda p: {"values": {"token": "new-value"}},
+            "partial_update": lambda p: {"values": {"token": "new-value"}},
+        },
+        expect={
+            "list": LIST_OK,
+            "retrieve": READ_ALL_IN_PROJECT,
+            "create": {"outsider": 400, "viewer": 403, "member": 403, "admin": 201, "staff": 201},
+            "update": ADMINS_ONLY,
+            "partial_update": ADMINS_ONLY,
+            "destroy": {**ADMINS_ONLY, "admin": 204, "staff": 204},
+        },
+        after={"create": _assert_credential_created},
+        setup=_with_kubesim,
+    ),
     # GPU metrics (gpumetrics): nested under a job and a project.
     "job-metrics": Case(
         target=lambda p: str(_job_in_a(p).pk),
@@ -319,9 +368,11 @@ def _url(endpoint: Endpoint, personas) -> str:
 
 @pytest.mark.parametrize("persona", PERSONA_NAMES)
 @pytest.mark.parametrize("endpoint", ENDPOINTS, ids=lambda e: e.id)
-def test_endpoint_answers_each_persona(endpoint, persona, personas, api_client_for):
+def test_endpoint_answers_each_persona(endpoint, persona, personas, api_client_for, request):
     case = CASES[endpoint.basename]
     expected = case.expect[endpoint.action][persona]
+    if case.setup is not None:
+        case.setup(request)
     case.target(personas)  # the object detail actions and list checks are about exists
     url = _url(endpoint, personas)
     payload = case.payloads.get(endpoint.action, lambda p: None)(personas)

@@ -23,12 +23,15 @@ MAX_EXAMPLES = int(os.environ.get("PORTAL_FUZZ_EXAMPLES", "40"))
 
 
 @pytest.fixture
-def fuzz_world(personas):
-    """A project admin's token, and objects for generated ids and slugs to land on."""
+def fuzz_world(personas, kubesim_api, settings):
+    """A project admin's token, and objects for generated ids and slugs to land on; the
+    projects' namespaces in the session's API-only kubesim (credentials are written there)."""
     from jobs.models import Job
     from tenants.models import Membership
     from tenants.services import token_create
+    from tests.credentials.conftest import point_at_kubesim
 
+    point_at_kubesim(kubesim_api, settings)
     job = Job.objects.create(
         project=personas.project_a,
         submitter=personas.member,

@@ -3,11 +3,18 @@ CRDs, API machinery only), and the schemas are really enforced (a broken object 
 
 import pytest
 
+from jobs.secret_refs import SecretEnv, SecretFile
 from kubesim.testing import KubesimProcess
 from tests.jobs.test_manifests import spec
 from tests.quotas.test_quota_manifests import MODEL
 
 pytestmark = pytest.mark.kubesim
+
+_CREDENTIAL_PARTS = {
+    "secret_env": (SecretEnv("HF_TOKEN", "gp-cred-hf", "token"),),
+    "secret_files": (SecretFile("cred-gcp", "gp-cred-gcp", "/var/run/gcp"),),
+    "image_pull_secrets": ("gp-cred-ghcr",),
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +61,23 @@ def test_quota_and_job_manifests_pass_the_crd_schemas(kube):
             "eligible_pools": ("a100", "h100"),
             "eligible_pool_labels": ({"pool": "a100"}, {"nvidia.com/gpu.product": "H100"}),
         },
+        # Credentials (jobs.secret_refs): secretKeyRef env, a secret volume, a pull secret.
+        *(
+            {"job_id": 7 + n, **backend, **_CREDENTIAL_PARTS}
+            for n, backend in enumerate(
+                [
+                    {},
+                    {"kind": "gang", "replicas": 2, "gpus": 8},
+                    {
+                        "kind": "gang",
+                        "replicas": 2,
+                        "gpus": 8,
+                        "backend": "volcano",
+                        "eligible_pools": ("h100",),
+                    },
+                ]
+            )
+        ),
     ]
     for overrides in variants:
         for obj in build_job_manifests(spec(**overrides)):
@@ -62,7 +86,7 @@ def test_quota_and_job_manifests_pass_the_crd_schemas(kube):
     # Applying everything again is a no-op that keeps one object each.
     for obj in build_job_manifests(spec(job_id=3, kind="gang", replicas=4, gpus=8)):
         kube.apply(obj)
-    assert len(kube.list_owned("batch/v1", "Job", namespace="gp-alpha")) == 5
+    assert len(kube.list_owned("batch/v1", "Job", namespace="gp-alpha")) == 7
 
 
 def test_the_schemas_are_enforced(kube):
