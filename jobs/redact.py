@@ -1,9 +1,10 @@
 """Keeping a job's env values away from people who may not read them. Pure functions.
 
-Env values can hold credentials (until secret references exist). Project members and admins (and
-staff) see them; viewers see the names only, in the API, on the job page and in the rendered
-manifests. Messages the cluster sends back (which can quote an invalid value) are scrubbed before
-they become a job's state message or event.
+Plain env values can hold credentials (the safe way is a reference to a project credential,
+jobs.secret_refs, which holds no value and is shown to everyone in the project). Project members
+and admins (and staff) see plain values; viewers see the names only, in the API, on the job page
+and in the rendered manifests. Messages the cluster sends back (which can quote an invalid value)
+are scrubbed before they become a job's state message or event.
 """
 
 from __future__ import annotations

@@ -333,11 +333,16 @@ def job_submit(
         termination_grace_seconds=data.get("termination_grace_seconds"),
         secret_files=data.get("secret_files") if data.get("secret_files") is not None else [],
     )
+    # The project's credentials are read only for a request that names one (the hot path
+    # without references stays one query shorter).
+    names_credentials = bool(request.secret_files) or (
+        isinstance(request.env, dict) and any(map(secret_refs.is_reference, request.env.values()))
+    )
     volumes = volume_facts_for_project(project=project)
     result = validate_job_request(
         request,
         pool_facts_for_project(project=project),
-        credential_facts_for_project(project=project),
+        credential_facts_for_project(project=project) if names_credentials else {},
         volumes=volumes,
     )
     warnings = (
