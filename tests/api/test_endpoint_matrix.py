@@ -184,6 +184,8 @@ def _assert_volume_removed(p, persona: str) -> None:
     from volumes.models import DataVolume
 
     assert not DataVolume.objects.filter(project=p.project_a, name="shared-data").exists()
+
+
 def _credential_in_a(p) -> Any:
     """A secret credential of project A (the row; its Secret is written by a create)."""
     from credentials.models import Credential
