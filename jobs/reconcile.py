@@ -29,6 +29,7 @@ from jobs.redact import redact_text
 from jobs.selectors import job_manifests, jobs_to_resync
 from jobs.services import (
     InvalidTransition,
+    enqueue_array_reconcile,
     job_explain_blocked,
     job_mark_cleaned,
     job_note_status,
@@ -311,6 +312,11 @@ def _reconcile_locked(job_id: int) -> str:
         return _clean_up(job)
     if job.is_terminal:
         return "terminal"
+    if job.applied_at is None and job.array_id is not None:
+        # An array element is first applied by its array's pass (which keeps the array's
+        # parallelism); it may be waiting for a slot.
+        enqueue_array_reconcile(job.array_id)
+        return "held"
     manifests = job_manifests(job)
     if job.applied_at is None:
         if rejected := _apply(job, manifests):
@@ -409,7 +415,11 @@ def resync_jobs(*, enqueue: Callable[[int], Any]) -> dict[str, int]:
     """
     counts = {"moved": 0, "enqueued": 0, "unchanged": 0, "skipped": 0}
     by_namespace: dict[str, list[Job]] = {}
+    arrays: set[int] = set()
     for job in jobs_to_resync().select_related("project", "pool"):
+        if job.applied_at is None and job.array_id is not None and not job.cleanup_pending:
+            arrays.add(job.array_id)  # held elements: one pass per array applies them
+            continue
         if job.cleanup_pending or job.applied_at is None:
             enqueue(job.pk)
             counts["enqueued"] += 1
@@ -434,6 +444,9 @@ def resync_jobs(*, enqueue: Callable[[int], Any]) -> dict[str, int]:
                 _move(job, reading)
                 counts["moved"] += 1
         job_record_reconciled([j.pk for j in jobs])
+    for array_id in sorted(arrays):
+        enqueue_array_reconcile(array_id)
+    counts["arrays"] = len(arrays)
     counts.update(sweep_cluster_objects())
     return counts
 
