@@ -100,7 +100,11 @@ class JobArrayDetailSerializer(JobArraySerializer):
 
 class ResubmitSerializer(serializers.Serializer):
     index = serializers.IntegerField(
-        required=False, allow_null=True, min_value=0, help_text="Only this element."
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=100_000,
+        help_text="Only this element (its index).",
     )
 
 
