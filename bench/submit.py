@@ -66,12 +66,13 @@ def seed(projects: int):
     from django.contrib.auth import get_user_model
     from knox.models import AuthToken
 
-    from jobs.models import Job, JobEvent
+    from jobs.models import Job, JobArray, JobEvent
     from quotas.models import GpuPool, PriorityClass, ProjectQuota
     from tenants.models import Department, Membership, Project
 
     JobEvent.objects.all().delete()
     Job.objects.all().delete()
+    JobArray.objects.all().delete()
     Project.objects.filter(slug__startswith="bench-").delete()
     department, _ = Department.objects.get_or_create(slug="bench", defaults={"name": "Bench"})
     pool, _ = GpuPool.objects.get_or_create(
