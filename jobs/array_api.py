@@ -25,7 +25,7 @@ from portal.api_errors import ApiErrorSerializer
 class ArrayElementSerializer(serializers.ModelSerializer):
     index = serializers.IntegerField(source="array_index", read_only=True)
     is_terminal = serializers.BooleanField(read_only=True)
-    in_cluster = serializers.SerializerMethodField()
+    applied = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
@@ -37,14 +37,15 @@ class ArrayElementSerializer(serializers.ModelSerializer):
             "state_reason",
             "state_message",
             "is_terminal",
-            "in_cluster",
+            "applied",
             "params",
             "state_changed_at",
         ]
         read_only_fields = fields
 
-    def get_in_cluster(self, job: Job) -> bool:
-        """False while the element waits in the portal for a slot (the array's parallelism)."""
+    def get_applied(self, job: Job) -> bool:
+        """Whether it was ever applied to the cluster: false while the element waits in the
+        portal for a slot of the array's parallelism (or was cancelled while waiting)."""
         return job.applied_at is not None
 
 

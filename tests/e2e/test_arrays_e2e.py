@@ -77,7 +77,7 @@ def test_a_12_element_sweep_shows_per_element_states_and_cancel_stops_the_rest(
         active_in_cluster = [
             e
             for e in client.get(url).json()["elements"]["results"]
-            if e["in_cluster"] and not e["is_terminal"]
+            if e["applied"] and not e["is_terminal"]
         ]
         # Parallelism: never more than 4 unfinished elements in the cluster.
         assert len(active_in_cluster) <= 4, active_in_cluster
@@ -90,7 +90,7 @@ def test_a_12_element_sweep_shows_per_element_states_and_cancel_stops_the_rest(
     assert (counts["held"], counts["active"], counts["total"]) == (2, 6, 12)
     elements = {e["index"]: e for e in client.get(url).json()["elements"]["results"]}
     assert all(elements[i]["state"] == "succeeded" for i in range(6))
-    held = [i for i, e in elements.items() if not e["in_cluster"]]
+    held = [i for i, e in elements.items() if not e["applied"]]
     assert len(held) == 2
     assert all(elements[i]["state"] == "submitted" for i in held)
     assert elements[7]["params"] == {"secs": 36000, "lr": 0.03}

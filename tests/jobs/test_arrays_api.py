@@ -45,7 +45,7 @@ def test_a_sweep_stores_one_job_per_combination_with_its_env_and_queues_one_task
         (2, "lr-2", {"lr": 0.01, "batch": 32}),
         (3, "lr-3", {"lr": 0.01, "batch": 64}),
     ]
-    assert all(e["state"] == "submitted" and not e["in_cluster"] for e in elements)
+    assert all(e["state"] == "submitted" and not e["applied"] for e in elements)
     # One task for the whole array (plus the live-page notice), not one per element.
     assert len(callbacks) == 2
     job = Job.objects.get(pk=elements[3]["id"])
@@ -181,6 +181,8 @@ def test_the_array_page_lists_elements_with_states_and_cancels(
     assert "lr=0.2" in page
     assert "Cancel the rest" in page
     assert 'hx-confirm="Cancel the 1 unfinished' in page
+    element = Job.objects.get(array_id=body["id"], array_index=1)
+    assert f'href="/jobs/arrays/{body["id"]}/"' in web.get(f"/jobs/{element.pk}/").content.decode()
     response = web.post(f"/jobs/arrays/{body['id']}/cancel/")
     assert response.status_code == 302
     assert Job.objects.get(array_id=body["id"], array_index=1).state == "cancelled"
