@@ -68,6 +68,9 @@ def parse_array_request(
     if array is not None and sweep is not None:
         add("sweep", "Send either array or sweep, not both (a sweep's size is its grid's).")
         return None, errors
+    if array is None and sweep is None:
+        add("parallelism", "parallelism goes with a sweep (an array takes array.parallelism).")
+        return None, errors
     grid: dict[str, list[Any]] = {}
     if array is not None:
         if not isinstance(array, dict):
@@ -100,7 +103,12 @@ def parse_array_request(
             if not isinstance(values, list) or not values:
                 add("sweep", f"sweep.{name} must be a non-empty list of values.")
                 continue
-            bad = [v for v in values if not isinstance(v, str | int | float) or v is None]
+            bad = [
+                v
+                for v in values
+                if not isinstance(v, str | int | float)
+                or (isinstance(v, float) and not math.isfinite(v))
+            ]
             if bad:
                 add("sweep", f"sweep.{name}: values must be strings, numbers or booleans.")
                 continue

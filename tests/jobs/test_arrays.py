@@ -46,6 +46,8 @@ def test_a_sweep_is_the_cartesian_product_last_parameter_fastest():
         ({"sweep": {"lr": 0.1}}, "sweep", "sweep.lr must be a non-empty list"),
         ({"sweep": {"lr": [[0.1]]}}, "sweep", "strings, numbers or booleans"),
         ({"sweep": {"lr": [0.1, 0.1]}}, "sweep", "twice"),
+        ({"sweep": {"lr": [float("inf")]}}, "sweep", "strings, numbers or booleans"),
+        ({"parallelism": 2}, "parallelism", "goes with a sweep"),
         ({"sweep": {"9lr": [1]}}, "sweep", "not a parameter name"),
         ({"sweep": {"lr": [1], "LR": [2]}}, "sweep", "differ only in case"),
         (
