@@ -8,10 +8,15 @@ Prints, for N jobs (default 1,000) over P projects (default 10):
      per worker process);
   3. p50/p99 latency of the POST itself (target p99 ≤ 100 ms).
 
+With --sweep it measures job arrays instead: the same N single POSTs (pacing off) beside ONE
+POST of an N-element array (`"array": {"count": N}`), each timed from the first POST until all
+N batch Jobs are in the cluster, the direct python-client rate, and the ratio sweep/single
+(target ≥ 10); then the same sweep at the default pacing.
+
 Needs PostgreSQL and Redis (as `make test`); uses its own database (gpportal_bench) and Redis
 db 12, and starts kubesim (API only, CRDs loaded), gunicorn and Celery workers itself.
 
-    .venv/bin/python bench/submit.py [--jobs 1000] [--projects 10] [--workers 2]
+    .venv/bin/python bench/submit.py [--jobs 1000] [--projects 10] [--workers 2] [--sweep]
 """
 
 import argparse
@@ -34,11 +39,11 @@ IMAGE = "nvcr.io/nvidia/pytorch:24.08-py3"
 def ensure_database() -> None:
     import psycopg
 
-    admin_url = DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,)).fetchone()
+    base, name = DATABASE_URL.rsplit("/", 1)  # BENCH_DATABASE_URL may name another database
+    with psycopg.connect(base + "/postgres", autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:
-            conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def setup_django(kubeconfig: Path) -> None:
@@ -61,12 +66,13 @@ def seed(projects: int):
     from django.contrib.auth import get_user_model
     from knox.models import AuthToken
 
-    from jobs.models import Job, JobEvent
+    from jobs.models import Job, JobArray, JobEvent
     from quotas.models import GpuPool, PriorityClass, ProjectQuota
     from tenants.models import Department, Membership, Project
 
     JobEvent.objects.all().delete()
     Job.objects.all().delete()
+    JobArray.objects.all().delete()
     Project.objects.filter(slug__startswith="bench-").delete()
     department, _ = Department.objects.get_or_create(slug="bench", defaults={"name": "Bench"})
     pool, _ = GpuPool.objects.get_or_create(
@@ -238,6 +244,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
     parser.add_argument("--clients", type=int, default=4, help="concurrent POST clients (phase 1)")
     parser.add_argument("--web", type=int, default=2, help="gunicorn worker processes")
+    parser.add_argument(
+        "--sweep", action="store_true", help="one N-element array POST vs N single POSTs"
+    )
     args = parser.parse_args()
 
     from kubesim.testing import KubesimProcess
@@ -295,6 +304,12 @@ def main() -> None:
                 ready=b" ready.",
             )
 
+        if args.sweep:
+            try:
+                sweep_bench(args, base_url, token, slugs, namespaces, worker)
+            finally:
+                stop(web)
+            return
         try:
             # 1. Pacing off: POST → object in the cluster.
             celery = worker(0, 1)
@@ -352,6 +367,79 @@ def main() -> None:
             f"POST latency: p50 {p50:.1f} ms, p99 {p99:.1f} ms over {len(ms)} POSTs "
             f"(target p99 ≤ 100 ms)"
         )
+
+
+def post_array(base_url: str, token: str, slug: str, count: int, tag: str) -> float:
+    """One POST of a `count`-element array; its latency in seconds."""
+    import requests
+
+    body = {
+        "project": slug,
+        "name": tag,
+        "kind": "single",
+        "image": IMAGE,
+        "command": ["python", "train.py"],
+        "gpus": 1,
+        "array": {"count": count},
+    }
+    t0 = time.perf_counter()
+    response = requests.post(
+        f"{base_url}/api/v1/jobs/",
+        json=body,
+        headers={"Authorization": f"Token {token}"},
+        timeout=120,
+    )
+    if response.status_code != 201:
+        raise RuntimeError(f"POST answered {response.status_code}: {response.text[:500]}")
+    return time.perf_counter() - t0
+
+
+def sweep_bench(args, base_url, token, slugs, namespaces, worker) -> None:
+    import redis
+
+    from tenants.models import Project
+
+    n = args.jobs
+    Project.objects.filter(slug__in=slugs).update(max_array_elements=max(n, 1000))
+    # 1. N single POSTs, pacing off: first POST → the N-th object in the cluster.
+    celery = worker(0, 1)
+    t0 = time.monotonic()
+    post_jobs(base_url, token, slugs, n, "single", clients=args.clients)
+    posted = time.monotonic() - t0
+    single_rate = n / (wait_for_count(namespaces, n) - t0)
+    # 2. One POST of an N-element array, same worker, pacing off.
+    t1 = time.monotonic()
+    sweep_post = post_array(base_url, token, slugs[0], n, "sweep-off")
+    sweep_s = wait_for_count(namespaces, 2 * n) - t1
+    stop(celery)
+    # 3. The same array at the default pacing (20 requests/s, bursts of 40, per process).
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    celery = worker(20, 2)
+    t2 = time.monotonic()
+    paced_post = post_array(base_url, token, slugs[1 % len(slugs)], n, "sweep-paced")
+    paced_s = wait_for_count(namespaces, 3 * n) - t2
+    stop(celery)
+    direct = direct_rate(n, slugs)
+    sweep_rate = n / sweep_s
+    print(
+        f"jobs: {n} single-GPU; {args.workers} worker processes, {args.web} web processes, "
+        f"{args.clients} POST clients; kubesim API only (--no-cluster); pacing off unless said"
+    )
+    print(
+        f"{n} single POSTs:          {single_rate:8.1f} jobs/s POST→object in cluster "
+        f"(POSTs done after {posted:.1f} s)"
+    )
+    print(
+        f"one {n}-element array POST: {sweep_rate:8.1f} jobs/s POST→last object in cluster "
+        f"({sweep_s:.1f} s; the POST itself {sweep_post * 1000:.0f} ms)"
+    )
+    print(f"direct python client:      {direct:8.1f} objects/s (one thread, create)")
+    print(f"ratio sweep/single:        {sweep_rate / single_rate:8.1f}   (target ≥ 10)")
+    print(f"ratio sweep/direct:        {sweep_rate / direct:8.2f}")
+    print(
+        f"the same array at the default pacing (20/s, burst 40 per process): {paced_s:.1f} s "
+        f"= {n / paced_s:.1f} jobs/s (the POST {paced_post * 1000:.0f} ms)"
+    )
 
 
 if __name__ == "__main__":

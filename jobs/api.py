@@ -7,6 +7,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
+    PolymorphicProxySerializer,
     extend_schema,
     extend_schema_field,
 )
@@ -16,6 +17,9 @@ from rest_framework.renderers import BaseRenderer
 from rest_framework.response import Response
 
 from jobs import logs as job_logs
+from jobs.array_api import JobArrayDetailSerializer, array_body
+from jobs.array_services import array_submit
+from jobs.arrays import is_array_request
 from jobs.filters import JobFilter
 from jobs.models import Job, JobEvent, JobKind, JobPod
 from jobs.redact import hidden_env, redact_manifests
@@ -272,6 +276,17 @@ class JobCreateSerializer(serializers.Serializer):
         help_text="Id of an earlier, finished job of the project whose checkpoint directory "
         "this job continues in.",
     )
+    # Many jobs in one request (jobs/arrays.py): the answer is the array (/api/v1/arrays/).
+    array = serializers.JSONField(
+        required=False, help_text='An array of N elements: {"count": N, "parallelism": P}.'
+    )
+    sweep = serializers.JSONField(
+        required=False,
+        help_text='A parameter grid, one element per combination: {"lr": [0.1, 0.01]}.',
+    )
+    parallelism = serializers.JSONField(
+        required=False, help_text="With sweep: at most this many elements in the cluster at once."
+    )
 
     def validate(self, attrs):
         # Say so when a client sends something the portal does not take (a pod spec, a
@@ -366,13 +381,22 @@ class JobViewSet(
             )
         ],
         request=JobCreateSerializer,
-        responses={201: JobCreatedSerializer, 200: DryRunSerializer},
+        responses={
+            201: PolymorphicProxySerializer(
+                component_name="JobOrArray",
+                serializers=[JobCreatedSerializer, JobArrayDetailSerializer],
+                resource_type_field_name=None,
+            ),
+            200: DryRunSerializer,
+        },
     )
     def create(self, request, *args, **kwargs):
         serializer = JobCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
+        if is_array_request(data) or data.get("parallelism") is not None:
+            return self._create_array(request, data, dry_run)
         try:
             outcome = job_submit(
                 actor=request.user, project=data.pop("project"), data=data, dry_run=dry_run
@@ -393,6 +417,17 @@ class JobViewSet(
         # Advice (e.g. a plain value that looks like a credential); the job was stored.
         data["warnings"] = outcome.warnings
         return Response(data, status=status.HTTP_201_CREATED)
+
+    def _create_array(self, request, data, dry_run: bool) -> Response:
+        if dry_run:
+            raise exceptions.ValidationError(
+                {"dry_run": ["A dry run takes one job; submit the array without dry_run."]}
+            )
+        try:
+            array = array_submit(actor=request.user, project=data.pop("project"), data=data)
+        except DjangoPermissionDenied as exc:
+            raise exceptions.PermissionDenied(str(exc)) from exc
+        return Response(array_body(array, request, self), status=status.HTTP_201_CREATED)
 
     @extend_schema(
         parameters=[

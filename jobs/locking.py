@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from django.conf import settings
@@ -102,3 +102,57 @@ def file_lock(path: Path, wait: float, *, what: str = "") -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+# High 32 bits of an array's advisory key: "GPAR" (one dispatcher per array at a time).
+_PG_ARRAY_PREFIX = 0x47504152 << 32
+
+
+@contextmanager
+def array_lock(array_id: int, *, wait: float | None = None) -> Iterator[None]:
+    """Hold a job array's lock (its dispatcher: slots counted and filled by one worker)."""
+    wait = lock_wait_seconds() if wait is None else max(0.0, wait)
+    if connection.vendor == "postgresql":
+        with _pg_lock(_PG_ARRAY_PREFIX | (int(array_id) & 0xFFFFFFFF), wait):
+            yield
+    else:
+        path = Path(settings.VAR_DIR) / "locks" / f"array-{int(array_id) % FILE_STRIPES}.lock"
+        with file_lock(path, wait, what=f"array {array_id}"):
+            yield
+
+
+@contextmanager
+def job_locks(job_ids: list[int]) -> Iterator[set[int]]:
+    """Try the locks of many jobs at once, without waiting; yields the ids granted (the others
+    are busy with another worker). PostgreSQL: one round trip to take them, one to release."""
+    if not job_ids:
+        yield set()
+        return
+    if connection.vendor == "postgresql":
+        keys = {advisory_key(job_id): int(job_id) for job_id in job_ids}
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT k FROM unnest(%s::bigint[]) AS k WHERE pg_try_advisory_lock(k)",
+                [list(keys)],
+            )
+            granted = [row[0] for row in cursor.fetchall()]
+        try:
+            yield {keys[key] for key in granted}
+        finally:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT pg_advisory_unlock(k) FROM unnest(%s::bigint[]) AS k", [granted]
+                    )
+            except Exception:  # a broken connection released them with the session anyway
+                log.warning("could not release %d advisory locks", len(granted), exc_info=True)
+        return
+    with ExitStack() as stack:
+        held: set[int] = set()
+        for job_id in job_ids:
+            try:
+                stack.enter_context(job_lock(job_id, wait=0))
+            except JobBusy:
+                continue  # busy, or its file stripe is already ours: next round
+            held.add(int(job_id))
+        yield held

@@ -26,6 +26,30 @@ class JobQuerySet(models.QuerySet):
         return self.filter(state__in=ACTIVE)
 
 
+class JobArray(models.Model):
+    """One submission of many similar jobs (an array or a parameter sweep): each element is a
+    Job row (Job.array, Job.array_index, Job.params). See jobs/arrays.py for the shape."""
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="job_arrays")
+    submitter = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="job_arrays"
+    )
+    name = models.CharField(max_length=40)
+    count = models.PositiveIntegerField()
+    # At most this many elements are in the cluster at once; the rest wait in the portal.
+    parallelism = models.PositiveIntegerField()
+    # The parameter grid ({name: [values]}); empty for a plain array.
+    sweep = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["project", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}/{self.name}[{self.count}]"
+
+
 class Job(models.Model):
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="jobs")
     submitter = models.ForeignKey(
@@ -86,6 +110,14 @@ class Job(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Element of an array (jobs/arrays.py): its index and its own sweep values. A failed element
+    # resubmitted alone gets a new row; the old one is kept, superseded.
+    array = models.ForeignKey(
+        JobArray, on_delete=models.CASCADE, null=True, blank=True, related_name="elements"
+    )
+    array_index = models.PositiveIntegerField(null=True, blank=True)
+    params = models.JSONField(default=dict, blank=True)
+    superseded = models.BooleanField(default=False)
 
     objects = JobQuerySet.as_manager()
 
@@ -111,6 +143,11 @@ class Job(models.Model):
                 fields=["project", "name"],
                 condition=models.Q(state__in=sorted(ACTIVE)),
                 name="unique_active_job_name_per_project",
+            ),
+            models.UniqueConstraint(
+                fields=["array", "array_index"],
+                condition=models.Q(superseded=False),
+                name="unique_current_array_element",
             ),
         ]
 

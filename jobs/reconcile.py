@@ -29,6 +29,7 @@ from jobs.redact import redact_text
 from jobs.selectors import job_manifests, jobs_to_resync, projects_to_resync
 from jobs.services import (
     InvalidTransition,
+    enqueue_array_reconcile,
     job_explain_blocked,
     job_mark_cleaned,
     job_note_status,
@@ -311,6 +312,11 @@ def _reconcile_locked(job_id: int) -> str:
         return _clean_up(job)
     if job.is_terminal:
         return "terminal"
+    if job.applied_at is None and job.array_id is not None:
+        # An array element is first applied by its array's pass (which keeps the array's
+        # parallelism); it may be waiting for a slot.
+        enqueue_array_reconcile(job.array_id)
+        return "held"
     manifests = job_manifests(job)
     if job.applied_at is None:
         if rejected := _apply(job, manifests):
@@ -408,11 +414,15 @@ def resync_jobs(*, enqueue: Callable[[int], Any]) -> dict[str, int]:
     skipped this round and retried next period.
     """
     counts = {"moved": 0, "enqueued": 0, "unchanged": 0, "skipped": 0}
+    arrays: set[int] = set()
     # One project (namespace) at a time: memory holds one namespace's jobs and objects, not
     # every live job of the cluster.
     for project_id, namespace in projects_to_resync():
         jobs = []
         for job in jobs_to_resync().filter(project_id=project_id).select_related("project", "pool"):
+            if job.applied_at is None and job.array_id is not None and not job.cleanup_pending:
+                arrays.add(job.array_id)  # held elements: one pass per array applies them
+                continue
             if job.cleanup_pending or job.applied_at is None:
                 enqueue(job.pk)
                 counts["enqueued"] += 1
@@ -438,6 +448,9 @@ def resync_jobs(*, enqueue: Callable[[int], Any]) -> dict[str, int]:
                 _move(job, reading)
                 counts["moved"] += 1
         job_record_reconciled([j.pk for j in jobs])
+    for array_id in sorted(arrays):
+        enqueue_array_reconcile(array_id)
+    counts["arrays"] = len(arrays)
     counts.update(sweep_cluster_objects())
     return counts
 

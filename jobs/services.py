@@ -17,7 +17,7 @@ from jobs import mounts as job_mounts
 from jobs import secret_refs
 from jobs.models import Job, JobEvent, JobKind, JobPod
 from jobs.selectors import credential_facts_for_project, job_manifests, pool_facts_for_project
-from jobs.states import JobState, can_transition
+from jobs.states import TERMINAL, JobState, can_transition
 from jobs.validation import JobRequest, ValidationResult, validate_job_request
 from portal.celery import app as celery_app
 from quotas.models import GpuPool
@@ -89,6 +89,9 @@ def job_transition(
             source=source,
         )
         publish_job_change(job.pk, to)
+        if to in TERMINAL and getattr(job, "array_id", None):
+            # A finished element frees a slot of its array's parallelism.
+            enqueue_array_reconcile(job.array_id)
     job.state, job.state_reason, job.state_message, job.state_changed_at = (
         to,
         reason[:64],
@@ -189,13 +192,21 @@ def enqueue_reconcile(job_id: int) -> None:
     transaction.on_commit(lambda: _send(job_id))
 
 
-def _send(job_id: int) -> None:
+ARRAY_RECONCILE_TASK = "jobs.tasks.reconcile_array"
+
+
+def enqueue_array_reconcile(array_id: int) -> None:
+    """Queue one pass over an array (apply held elements, clean up cancelled ones) after commit."""
+    transaction.on_commit(lambda: _send(array_id, task=ARRAY_RECONCILE_TASK))
+
+
+def _send(job_id: int, task: str = RECONCILE_TASK) -> None:
     # A broker outage must not fail the request that stored the job: the periodic resync
     # picks the job up within one period.
     try:
-        celery_app.send_task(RECONCILE_TASK, args=(job_id,))
+        celery_app.send_task(task, args=(job_id,))
     except Exception:  # the broker client raises many types; the resync is the safety net
-        log.warning("could not enqueue reconcile of job %s; the resync will", job_id, exc_info=True)
+        log.warning("could not enqueue %s(%s); the resync will", task, job_id, exc_info=True)
 
 
 @dataclass
@@ -206,6 +217,8 @@ class SubmitOutcome:
     events: list[JobEvent] = field(default_factory=list)
     # Advice that does not stop the job (plain env values that look like credentials).
     warnings: list[str] = field(default_factory=list)
+    # A dry run's validated job, not stored (job arrays copy it into their elements).
+    unsaved: Job | None = None
 
 
 def _writable_project(actor: Any, project: Project | str) -> Project:
@@ -395,7 +408,9 @@ def job_submit(
     if dry_run:
         # Nothing is stored; names show id 0 until a real submission assigns the id.
         manifests = job_manifests(job, job_id=0) if job is not None else []
-        return SubmitOutcome(job=None, validation=result, manifests=manifests, warnings=warnings)
+        return SubmitOutcome(
+            job=None, validation=result, manifests=manifests, warnings=warnings, unsaved=job
+        )
     try:
         with transaction.atomic():
             job.save()

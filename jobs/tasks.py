@@ -16,9 +16,9 @@ import time
 from celery import shared_task
 from django.conf import settings
 
-from jobs import reconcile
+from jobs import array_reconcile, reconcile
 from jobs.locking import JobBusy
-from jobs.services import RECONCILE_TASK
+from jobs.services import ARRAY_RECONCILE_TASK, RECONCILE_TASK
 from portal import observability
 from portal.kube.apply import RetryableKubeError
 from quotas.tasks import sync_quotas
@@ -52,6 +52,25 @@ def reconcile_job(self, job_id: int) -> str:
         "reconcile_duration_seconds", time.monotonic() - started, outcome=str(outcome)[:32]
     )
     return outcome
+
+
+@shared_task(
+    name=ARRAY_RECONCILE_TASK,
+    autoretry_for=(RetryableKubeError, JobBusy),
+    retry_backoff=2,
+    retry_backoff_max=30,
+    retry_jitter=True,
+    max_retries=8,
+    acks_late=True,
+    typing=False,
+)
+def reconcile_array(array_id: int) -> dict[str, int]:
+    """Apply an array's held elements (in batches, up to its parallelism) and clean up its
+    cancelled ones (jobs.array_reconcile)."""
+    started = time.monotonic()
+    counts = array_reconcile.array_reconcile(array_id=array_id)
+    observability.observe("array_reconcile_duration_seconds", time.monotonic() - started)
+    return counts
 
 
 @shared_task(acks_late=True)

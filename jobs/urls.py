@@ -1,6 +1,6 @@
 from django.urls import path
 
-from jobs import live_views, log_views, views
+from jobs import array_views, live_views, log_views, views
 
 urlpatterns = [
     path("", views.JobListView.as_view(), name="job-list"),
@@ -9,4 +9,6 @@ urlpatterns = [
     path("<int:pk>/", views.JobDetailView.as_view(), name="job-detail"),
     path("<int:pk>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),
     path("<int:pk>/log-tail/", log_views.JobLogTailView.as_view(), name="job-log-tail"),
+    path("arrays/<int:pk>/", array_views.ArrayDetailView.as_view(), name="job-array-detail"),
+    path("arrays/<int:pk>/cancel/", array_views.ArrayCancelView.as_view(), name="job-array-cancel"),
 ]

@@ -147,7 +147,19 @@ class ProjectForm(forms.ModelForm):
             "description",
             "default_gang_backend",
             "pod_security",
+            "max_array_elements",
         )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Optional in the form: left empty, the project keeps its limit (or the default).
+        self.fields["max_array_elements"].required = False
+
+    def clean_max_array_elements(self) -> int:
+        value = self.cleaned_data.get("max_array_elements")
+        if value is None:
+            return self.instance.max_array_elements
+        return value
 
     def _post_clean(self) -> None:
         super()._post_clean()  # the row's own checks (slug)

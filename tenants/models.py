@@ -2,7 +2,7 @@
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models.functions import Concat
 
@@ -104,6 +104,11 @@ class Project(models.Model):
         help_text="Restricted runs every pod as the project's uid/gid, non-root, with no "
         "privilege escalation and no capabilities; choose baseline only for images that "
         "must run as root.",
+    )
+    max_array_elements = models.PositiveIntegerField(
+        default=1000,
+        validators=[MinValueValidator(1), MaxValueValidator(100_000)],
+        help_text="The most elements one job array or parameter sweep of this project may have.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

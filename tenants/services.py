@@ -25,7 +25,14 @@ audit = logging.getLogger("portal.audit")
 
 DEPARTMENT_FIELDS = ("name", "description")
 # The slug is fixed once a project exists: it names the namespace and the queues.
-PROJECT_FIELDS = ("name", "description", "department", "default_gang_backend", "pod_security")
+PROJECT_FIELDS = (
+    "name",
+    "description",
+    "department",
+    "default_gang_backend",
+    "pod_security",
+    "max_array_elements",
+)
 
 
 def _actor_name(actor: Any) -> str:
@@ -96,6 +103,7 @@ def project_create(
     description: str = "",
     default_gang_backend: str = GangBackend.KUEUE,
     pod_security: str | None = None,
+    max_array_elements: int | None = None,
 ) -> Project:
     """Create a project; its namespace follows from the slug (the quota sync creates it).
     Without `pod_security` it gets the site default (PORTAL_DEFAULT_POD_SECURITY)."""
@@ -109,6 +117,8 @@ def project_create(
     )
     if pod_security is not None:
         project.pod_security = pod_security
+    if max_array_elements is not None:
+        project.max_array_elements = max_array_elements
     project.full_clean()
     project.save()
     audit.info(

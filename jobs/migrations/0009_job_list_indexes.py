@@ -49,7 +49,7 @@ def reset_small_tables(apps, schema_editor) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("jobs", "0006_job_secret_files"),
+        ("jobs", "0007_job_arrays"),
         ("tenants", "0003_project_pod_security"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

@@ -211,6 +211,50 @@ def _assert_credential_created(p, persona: str) -> None:
     )
 
 
+def _array_in_a(p) -> Any:
+    """A two-element array of project A: element 0 failed, element 1 still submitted."""
+    from jobs.models import Job, JobArray
+
+    array, created = JobArray.objects.get_or_create(
+        project=p.project_a,
+        name="sweep",
+        defaults={"submitter": p.member, "count": 2, "parallelism": 2, "sweep": {"lr": [1, 2]}},
+    )
+    if created:
+        for index, state in enumerate(("failed", "submitted")):
+            Job.objects.create(
+                project=p.project_a,
+                submitter=p.member,
+                name=f"sweep-{index}",
+                kind="single",
+                image="nvcr.io/nvidia/pytorch:24.05-py3",
+                gpus=1,
+                cpu="8",
+                memory="64Gi",
+                max_runtime_minutes=60,
+                backend="kueue",
+                state=state,
+                array=array,
+                array_index=index,
+                params={"lr": index + 1},
+            )
+    return array
+
+
+def _assert_array_cancelled(p, persona: str) -> None:
+    from jobs.models import Job
+
+    assert Job.objects.get(array=_array_in_a(p), array_index=1).state == "cancelled"
+
+
+def _assert_element_resubmitted(p, persona: str) -> None:
+    from jobs.models import Job
+
+    assert Job.objects.get(array=_array_in_a(p), array_index=0, superseded=False).state == (
+        "submitted"
+    )
+
+
 READ_ALL_IN_PROJECT = {"outsider": 404, "viewer": 200, "member": 200, "admin": 200, "staff": 200}
 LIST_OK = dict.fromkeys(PERSONA_NAMES, 200)
 ADMINS_ONLY = {"outsider": 404, "viewer": 403, "member": 403, "admin": 200, "staff": 200}
@@ -315,6 +359,17 @@ CASES: dict[str, Case] = {
         },
         after={"create": _assert_credential_created},
         setup=_with_kubesim,
+    ),
+    "arrays": Case(
+        target=lambda p: str(_array_in_a(p).pk),
+        listed=lambda p, results: any(r["id"] == _array_in_a(p).pk for r in results),
+        expect={
+            "list": LIST_OK,
+            "retrieve": READ_ALL_IN_PROJECT,
+            "cancel": WRITERS,
+            "resubmit_failed": WRITERS,
+        },
+        after={"cancel": _assert_array_cancelled, "resubmit_failed": _assert_element_resubmitted},
     ),
     # GPU metrics (gpumetrics): nested under a job and a project.
     "job-metrics": Case(

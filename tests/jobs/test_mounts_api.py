@@ -167,3 +167,14 @@ def test_checkpoint_dir_cannot_be_overridden_and_viewers_cannot_mount(
         URL, payload(mounts=[{"volume": "imagenet"}]), format="json"
     )
     assert response.status_code == 403
+
+
+def test_each_array_element_checkpoints_into_its_own_directory(personas, volumes, api_client_for):
+    from jobs.models import Job
+
+    response = api_client_for(personas.member).post(
+        URL, payload(name="lrs", sweep={"lr": [0.1, 0.01]}), format="json"
+    )
+    assert response.status_code == 201, response.json()
+    dirs = sorted(Job.objects.filter(array__name="lrs").values_list("checkpoint_dir", flat=True))
+    assert dirs == ["/checkpoints/alpha/lrs-0", "/checkpoints/alpha/lrs-1"]
