@@ -65,9 +65,7 @@ def test_staff_approve_a_storage_class_and_register_a_volume(
     assert callbacks, "the claim is applied once the admin's transaction commits"
 
     # Deleting in the admin removes only the portal's record.
-    response = staff_client.post(
-        f"/admin/volumes/datavolume/{volume.pk}/delete/", {"post": "yes"}
-    )
+    response = staff_client.post(f"/admin/volumes/datavolume/{volume.pk}/delete/", {"post": "yes"})
     assert response.status_code == 302
     assert not DataVolume.objects.exists()
 
