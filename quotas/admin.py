@@ -76,6 +76,25 @@ class GpuPoolForm(forms.ModelForm):
             "max_termination_grace_seconds",
         )
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Issue 12's pod limits: left empty, a pool keeps (or gets) the model's default.
+        for name in ("max_shm_size", "max_termination_grace_seconds"):
+            self.fields[name].required = False
+
+    def _limit_or_default(self, name: str):
+        value = self.cleaned_data.get(name)
+        if value in (None, ""):
+            current = getattr(self.instance, name, None) if self.instance.pk else None
+            return current if current not in (None, "") else GpuPool._meta.get_field(name).default
+        return value
+
+    def clean_max_shm_size(self):
+        return self._limit_or_default("max_shm_size")
+
+    def clean_max_termination_grace_seconds(self):
+        return self._limit_or_default("max_termination_grace_seconds")
+
     def _post_clean(self) -> None:
         super()._post_clean()  # the model's own checks (and normalisation)
         if not self.has_error("mig_profiles"):

@@ -76,7 +76,7 @@ class DataVolume(models.Model):
     kind = models.CharField(max_length=16, choices=VolumeKind.choices)
     # The claim in the project's namespace: given for an existing claim, derived from the name
     # for the claims the portal creates (volumes.manifests.claim_name).
-    claim_name = models.CharField(max_length=253)
+    claim_name = models.CharField(max_length=253, blank=True)
     storage_class = models.ForeignKey(
         StorageClass, on_delete=models.PROTECT, null=True, blank=True, related_name="volumes"
     )

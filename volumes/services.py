@@ -154,8 +154,15 @@ def volume_create(
     description: str = "",
     apply: bool = True,
 ) -> DataVolume:
-    """Register a volume and (apply=True) put its claim into the cluster at once."""
+    """Register a volume and (apply=True) put its claim into the cluster at once. NFS exports
+    are staff's: their PersistentVolume is cluster-wide and could point at any export, another
+    tenant's included."""
     project = _admin_project(actor, project)
+    if kind == VolumeKind.NFS and not is_staff(actor):
+        raise PermissionDenied(
+            "Only staff register NFS exports (the PersistentVolume the portal creates for one is "
+            "cluster-wide and could reach any export); ask them, or use an existing claim."
+        )
     errors: dict[str, list[str]] = {}
     if not name or len(name) > VOLUME_NAME_MAX or not _NAME_RE.match(name):
         errors["name"] = [

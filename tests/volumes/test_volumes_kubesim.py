@@ -131,19 +131,21 @@ def test_delete_data_with_confirmation_deletes_only_the_portals_claim(
 
 def test_an_nfs_export_is_bound_through_a_pre_bound_pv_and_claim(org, admin, api_client_for):
     from portal.kube import apply as kube
+    from tests.factories import UserFactory
 
-    response = api_client_for(admin).post(
-        URL,
-        {
-            "project": org["project"].slug,
-            "name": "imagenet",
-            "kind": "nfs",
-            "nfs_server": "nfs.example.com",
-            "nfs_path": "/exports/imagenet",
-            "mount_path": "/data",
-        },
-        format="json",
-    )
+    body = {
+        "project": org["project"].slug,
+        "name": "imagenet",
+        "kind": "nfs",
+        "nfs_server": "nfs.example.com",
+        "nfs_path": "/exports/imagenet",
+        "mount_path": "/data",
+    }
+    # A cluster-wide PV can reach any export: project admins cannot register one.
+    response = api_client_for(admin).post(URL, body, format="json")
+    assert response.status_code == 403
+    staff = UserFactory(username=f"staff-{org['project'].slug}", is_staff=True)
+    response = api_client_for(staff).post(URL, body, format="json")
     assert response.status_code == 201, response.json()
     ns = org["project"].namespace
     pv = kube.get("v1", "PersistentVolume", f"gp-{ns}-vol-imagenet")
