@@ -233,23 +233,12 @@ def _generated_name(kind: str) -> str:
     return f"{kind}-{timezone.now():%m%d-%H%M}-{secrets.token_hex(2)}"
 
 
-def job_submit(
-    *,
-    actor: Any,
-    project: Project | str,
-    data: dict[str, Any],
-    dry_run: bool = False,
-    source: str = "api",
-) -> SubmitOutcome:
-    """Validate a request and store the job (Submitted), or only render it when dry_run.
-
-    Raises ValidationError ({field: [messages]}) for bad input (unless dry_run, which returns
-    the errors), PermissionDenied for a viewer.
-    """
-    project = _writable_project(actor, project)
+def job_request_from(*, project: Project, data: dict[str, Any]) -> JobRequest:
+    """The validation input for request data (the API's, the form's, a saved template's), with
+    the project's defaults: one place, so every way in validates the same request."""
     kind = data.get("kind") or ""
     backend = data.get("backend") or (project.default_gang_backend if kind == "gang" else "")
-    request = JobRequest(
+    return JobRequest(
         project_slug=project.slug,
         kind=kind,
         image=data.get("image") or "",
@@ -266,6 +255,24 @@ def job_submit(
         max_runtime_minutes=data.get("max_runtime_minutes"),
         backend=backend,
     )
+
+
+def job_submit(
+    *,
+    actor: Any,
+    project: Project | str,
+    data: dict[str, Any],
+    dry_run: bool = False,
+    source: str = "api",
+) -> SubmitOutcome:
+    """Validate a request and store the job (Submitted), or only render it when dry_run.
+
+    Raises ValidationError ({field: [messages]}) for bad input (unless dry_run, which returns
+    the errors), PermissionDenied for a viewer.
+    """
+    project = _writable_project(actor, project)
+    kind = data.get("kind") or ""
+    request = job_request_from(project=project, data=data)
     result = validate_job_request(request, pool_facts_for_project(project=project))
     name = request.name or _generated_name(kind or "job")
     # A real submission relies on the unique constraint (one query less on the hot path).
