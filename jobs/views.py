@@ -217,7 +217,10 @@ class JobSubmitCheckView(LoginRequiredMixin, View):
     def post(self, request):
         form, _, project, facts = _build_form(request, data=request.POST)
         valid = form.is_valid()  # also fills cleaned_data with the fields that are fine
-        context = {"form": form, "result": None, "yaml": "", "errors": _labelled(form, form.errors)}
+        # A field not filled in yet is not an error to shout about while the user types (the
+        # submission says so by the field).
+        typed = {k: v for k, v in form.errors.items() if str(request.POST.get(k, "")).strip()}
+        context = {"form": form, "result": None, "yaml": "", "errors": _labelled(form, typed)}
         if project is None or "kind" not in form.cleaned_data:
             return render(request, "jobs/partials/submit_check.html", context)
         data = form.request_data()

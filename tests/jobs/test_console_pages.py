@@ -153,7 +153,9 @@ def test_feasibility_line_fits_borrows_queues_or_never(personas, web_client_for)
     # The image is still being typed: the line already says whether it fits.
     typing = check(client, image="", gpus="1")
     assert "Fits now in pool h100 by borrowing 1 GPU" in typing
-    assert "<strong>Container image:</strong> This field is required." in typing
+    assert "This field is required" not in typing  # not filled in yet: no error shouted
+    typo = check(client, image="Not An Image")
+    assert "<strong>Container image:</strong> 'Not An Image' is not a valid image" in typo
     assert '<pre class="manifest">' not in typing  # no preview of an invalid request
 
 
