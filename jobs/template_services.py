@@ -91,6 +91,9 @@ def _check_fields(*, project: Project, name: str, fields: Any) -> dict[str, Any]
         errors[f"fields.{key}"] = [
             f"A template cannot keep {key!r}; it keeps only: {', '.join(TEMPLATE_FIELDS)}."
         ]
+    wrong = {f"fields.{k}": [p] for k, v in fields.items() if (p := _type_problem(k, v))}
+    if wrong:  # the rules below assume the shapes a request has
+        raise ValidationError({**errors, **wrong})
     clean = {k: v for k, v in fields.items() if k in TEMPLATE_FIELDS and v not in (None, "")}
     result = validate_job_request(
         job_request_from(project=project, data=clean), pool_facts_for_project(project=project)
@@ -100,6 +103,25 @@ def _check_fields(*, project: Project, name: str, fields: Any) -> dict[str, Any]
     if errors:
         raise ValidationError(errors)
     return clean
+
+
+_INTEGERS = {"gpus", "replicas", "max_runtime_minutes"}
+
+
+def _type_problem(key: str, value: Any) -> str:
+    """The JSON shape a job request takes for each field (as POST /api/v1/jobs/ enforces)."""
+    if key not in TEMPLATE_FIELDS or value is None:
+        return ""
+    if key in _INTEGERS:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return "" if ok else "Must be a whole number."
+    if key == "command":
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return "" if ok else "Must be a list of strings."
+    if key == "env":
+        ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        return "" if ok else "Must be an object of NAME: value strings."
+    return "" if isinstance(value, str) else "Must be a string."
 
 
 def _writable(actor: Any, project: Project) -> None:

@@ -25,6 +25,17 @@ def test_create_validates_the_fields_like_a_submission(personas, api_client_for)
     errors = bad.json()["errors"]
     assert errors["fields.gpus"] == ["GPUs per pod must be 1 to 8 whole GPUs."]
     assert "A template cannot keep 'podSpec'" in errors["fields.podSpec"][0]
+    wrong_types = client.post(
+        "/api/v1/templates/",
+        {**body, "fields": {"kind": "single", "image": 5, "gpus": "2", "command": "python"}},
+        format="json",
+    )
+    assert wrong_types.status_code == 400
+    assert wrong_types.json()["errors"] == {
+        "fields.image": ["Must be a string."],
+        "fields.gpus": ["Must be a whole number."],
+        "fields.command": ["Must be a list of strings."],
+    }
     assert client.post("/api/v1/templates/", body, format="json").status_code == 201
     again = client.post("/api/v1/templates/", body, format="json")
     assert again.status_code == 400

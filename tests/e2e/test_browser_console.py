@@ -117,7 +117,7 @@ def test_queue_position_failed_log_running_chart_and_cancel_from_the_list(
         command=["sh", "-c", "echo loading shards; echo CUDA error: out of memory; exit 3"],
     )
     big = [
-        api_submit(bob, name=f"big-{n}", gpus=8, command=["sh", "-c", "sleep 3000"])
+        api_submit(bob, name=f"big-{n}", gpus=8, command=["sh", "-c", "sleep 360000"])
         for n in range(2)
     ]
     page = page_for(bob)
@@ -125,8 +125,9 @@ def test_queue_position_failed_log_running_chart_and_cancel_from_the_list(
     page.locator("#job-state .badge", has_text="Running").wait_for(timeout=LONG)
     waiting = api_submit(bob, name="waiter", gpus=8, command=["sh", "-c", "sleep 10"])
 
-    # The running job's GPU charts.
+    # The running job's GPU charts, and where it runs (pod, node, GPU UUIDs).
     page.locator(".gpu-charts .uplot").first.wait_for(timeout=LONG)
+    page.locator("#job-history table.pods code.uuid").first.wait_for(timeout=LONG)
     screenshot(page, "job-page-running")
 
     # The waiting job says where it stands and why.
