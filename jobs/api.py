@@ -27,6 +27,7 @@ from jobs.render import manifests_yaml
 from jobs.selectors import job_manifests, writable_project_ids
 from jobs.services import InvalidTransition, job_cancel, job_submit
 from jobs.states import JobState
+from jobs.template_services import template_for_submission, with_template_fields
 from jobs.validation import BACKENDS, PRIORITIES
 from portal.api import StrictCharField, TenantScopedViewSet, router
 from portal.api_errors import ApiErrorSerializer
@@ -287,6 +288,13 @@ class JobCreateSerializer(serializers.Serializer):
     parallelism = serializers.JSONField(
         required=False, help_text="With sweep: at most this many elements in the cluster at once."
     )
+    template = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=40,
+        help_text="Name of a saved template of the project (/api/v1/templates/): its fields are "
+        "the request's, and the fields given here override them.",
+    )
 
     def validate(self, attrs):
         # Say so when a client sends something the portal does not take (a pod spec, a
@@ -391,9 +399,10 @@ class JobViewSet(
         },
     )
     def create(self, request, *args, **kwargs):
-        serializer = JobCreateSerializer(data=request.data)
+        serializer = JobCreateSerializer(data=with_template(request.user, request.data))
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
+        data.pop("template", None)
         dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
         if is_array_request(data) or data.get("parallelism") is not None:
             return self._create_array(request, data, dry_run)
@@ -540,4 +549,18 @@ class JobViewSet(
 TEXT = "text/plain; charset=utf-8"
 
 
+def with_template(user, data):
+    """The request body with a named template's fields under it (explicit fields win)."""
+    if not isinstance(data, dict) or not isinstance(data.get("template"), str):
+        return data
+    if not data["template"] or not isinstance(data.get("project"), str):
+        return data
+    template = template_for_submission(user=user, project=data["project"], name=data["template"])
+    explicit = data.dict() if hasattr(data, "dict") else dict(data)  # a form post's QueryDict
+    return with_template_fields(template.fields, explicit)
+
+
 router.register("jobs", JobViewSet, basename="jobs")
+
+# Saved templates (/api/v1/templates/) register themselves on import.
+from jobs import template_api  # noqa: E402, F401  (after the jobs routes: the import registers)

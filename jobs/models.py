@@ -263,3 +263,31 @@ class QueueUsage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue_name} {self.pool}/{self.resource}: {self.in_use}"
+
+
+class JobTemplate(models.Model):
+    """A saved job request of a project (kind, image, GPUs …), usable from the form, the API
+    (`"template": "<name>"`) and the CLI. `fields` passed the submission's validation when saved
+    (jobs.template_services); explicit fields of a submission override them."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="job_templates")
+    name = models.CharField(max_length=40)
+    fields = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="job_templates",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["project", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="unique_template_per_project")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug}/{self.name}"

@@ -309,23 +309,12 @@ def _checkpoint_for(
     )
 
 
-def job_submit(
-    *,
-    actor: Any,
-    project: Project | str,
-    data: dict[str, Any],
-    dry_run: bool = False,
-    source: str = "api",
-) -> SubmitOutcome:
-    """Validate a request and store the job (Submitted), or only render it when dry_run.
-
-    Raises ValidationError ({field: [messages]}) for bad input (unless dry_run, which returns
-    the errors), PermissionDenied for a viewer.
-    """
-    project = _writable_project(actor, project)
+def job_request_from(*, project: Project, data: dict[str, Any]) -> JobRequest:
+    """The validation input for request data (the API's, the form's, a saved template's), with
+    the project's defaults: one place, so every way in validates the same request."""
     kind = data.get("kind") or ""
     backend = data.get("backend") or (project.default_gang_backend if kind == "gang" else "")
-    request = JobRequest(
+    return JobRequest(
         project_slug=project.slug,
         kind=kind,
         image=data.get("image") or "",
@@ -346,6 +335,24 @@ def job_submit(
         termination_grace_seconds=data.get("termination_grace_seconds"),
         secret_files=data.get("secret_files") if data.get("secret_files") is not None else [],
     )
+
+
+def job_submit(
+    *,
+    actor: Any,
+    project: Project | str,
+    data: dict[str, Any],
+    dry_run: bool = False,
+    source: str = "api",
+) -> SubmitOutcome:
+    """Validate a request and store the job (Submitted), or only render it when dry_run.
+
+    Raises ValidationError ({field: [messages]}) for bad input (unless dry_run, which returns
+    the errors), PermissionDenied for a viewer.
+    """
+    project = _writable_project(actor, project)
+    kind = data.get("kind") or ""
+    request = job_request_from(project=project, data=data)
     # The project's credentials are read only for a request that names one (the hot path
     # without references stays one query shorter).
     names_credentials = bool(request.secret_files) or (
@@ -361,6 +368,7 @@ def job_submit(
     warnings = (
         secret_refs.plain_credential_warnings(request.env) if isinstance(request.env, dict) else []
     )
+
     name = request.name or _generated_name(kind or "job")
     checkpoint = _checkpoint_for(
         project=project,

@@ -6,6 +6,7 @@ urlpatterns = [
     path("", views.JobListView.as_view(), name="job-list"),
     path("live/", live_views.job_stream, name="job-live"),
     path("new/", views.JobSubmitView.as_view(), name="job-submit"),
+    path("new/check/", views.JobSubmitCheckView.as_view(), name="job-submit-check"),
     path("<int:pk>/", views.JobDetailView.as_view(), name="job-detail"),
     path("<int:pk>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),
     path("<int:pk>/log-tail/", log_views.JobLogTailView.as_view(), name="job-log-tail"),

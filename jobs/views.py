@@ -1,20 +1,26 @@
 """HTML pages for jobs: list (filters shared with the API), detail with the rendered manifest
-YAML and a live state fragment (htmx polling stops once the job is finished), submit, cancel."""
+YAML and live fragments (which stop updating once the job is finished), submit (with the live
+feasibility line and YAML preview, "submit again" and saved templates), cancel."""
 
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
 
-from jobs.filters import JobFilter
-from jobs.forms import JobSubmitForm
+from jobs import page_selectors
+from jobs.feasibility import feasibility
+from jobs.filters import JobListPageFilter
+from jobs.forms import JobSubmitForm, SaveTemplateForm, fields_of_job, initial_from_fields
 from jobs.redact import redact_manifests
 from jobs.render import manifests_yaml
-from jobs.selectors import job_events, job_list_visible_to, job_manifests
-from jobs.services import InvalidTransition, job_cancel, job_submit
+from jobs.selectors import job_events, job_list_visible_to, job_manifests, pool_facts_for_project
+from jobs.services import InvalidTransition, job_cancel, job_request_from, job_submit
+from jobs.template_services import template_create, template_list_visible_to
+from jobs.validation import validate_job_request
 from portal.pagination import EstimatedCountPaginator
-from tenants.permissions import can_write
+from tenants.permissions import WRITER_ROLES, can_write
 from tenants.selectors import project_list_visible_to
 
 PAGE_SIZE = 50
@@ -26,10 +32,23 @@ def _visible_job(request, pk: int):
 
 class JobListView(LoginRequiredMixin, View):
     def get(self, request):
-        jobs = JobFilter(request.GET, queryset=job_list_visible_to(user=request.user))
+        projects = list(project_list_visible_to(user=request.user))
+        jobs = JobListPageFilter(
+            request.GET, queryset=job_list_visible_to(user=request.user), projects=projects
+        )
         # Counts exactly up to a cap and estimates above it ('about N'): no full COUNT.
         page = EstimatedCountPaginator(jobs.qs, PAGE_SIZE).get_page(request.GET.get("page"))
-        context = {"filter": jobs, "page": page}
+        writable = _writable_ids(request.user, projects)
+        query = request.GET.copy()
+        query.pop("page", None)
+        context = {
+            "filter": jobs,
+            "page": page,
+            "writable": writable,
+            "can_submit": writable is None or bool(writable),
+            "query": query.urlencode(),
+            "filtered": any(v for k, v in request.GET.items() if k != "page"),
+        }
         return render(request, "jobs/list.html", context)
 
 
@@ -41,16 +60,26 @@ class JobDetailView(LoginRequiredMixin, View):
             "events": job_events(job=job),
             "pods": job.pod_records.all(),
             "can_write": can_write(request.user, job.project),
+            "summary": _summary(job),
         }
         if request.htmx:
-            # The polled state fragment; once finished it comes back without its trigger.
-            return render(request, "jobs/partials/state.html", context)
+            # The live fragments; once finished they come back without their triggers.
+            return render(request, "jobs/partials/live.html", context)
         manifests = job_manifests(job)
         if not context["can_write"]:
             # Viewers see the env names, never the values (which may be credentials).
             manifests = redact_manifests(manifests, job.env)
         context["manifest_yaml"] = manifests_yaml(manifests)
         return render(request, "jobs/detail.html", context)
+
+
+def _summary(job):
+    """The GPU efficiency summary of a finished job, or None (metrics not collected)."""
+    if not job.is_terminal:
+        return None
+    from gpumetrics.selectors import summary_dict  # gpumetrics sits above jobs
+
+    return summary_dict(job)
 
 
 class JobCancelView(LoginRequiredMixin, View):
@@ -63,21 +92,84 @@ class JobCancelView(LoginRequiredMixin, View):
             messages.error(request, str(exc))
         except PermissionDenied as exc:
             raise PermissionDenied(str(exc)) from exc
+        back = request.POST.get("next", "")
+        if back and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+            return redirect(back)
         return redirect("job-detail", pk=job.pk)
 
 
-class JobSubmitView(LoginRequiredMixin, View):
-    def _projects(self, request):
-        return [p for p in project_list_visible_to(user=request.user) if can_write(request.user, p)]
+# --- submit ----------------------------------------------------------------------------------
 
+
+def _writable_ids(user, projects) -> set[int] | None:
+    """Projects (of those listed, annotated with my_role) the user may submit to and cancel in;
+    None means all (staff)."""
+    if user.is_staff:
+        return None
+    return {p.pk for p in projects if getattr(p, "my_role", None) in WRITER_ROLES}
+
+
+def _writable_projects(request):
+    projects = list(project_list_visible_to(user=request.user))
+    writable = _writable_ids(request.user, projects)
+    return [p for p in projects if writable is None or p.pk in writable]
+
+
+def _build_form(request, data=None, initial=None):
+    projects = _writable_projects(request)
+    form = JobSubmitForm(data, initial=initial or {}, projects=projects)
+    slug = form.selected_project()
+    project = next((p for p in projects if p.slug == slug), None)
+    facts = pool_facts_for_project(project=project) if project else []
+    form = JobSubmitForm(
+        data,
+        initial=initial or {},
+        projects=projects,
+        pools=page_selectors.pool_choices(),
+        facts=facts,
+    )
+    return form, projects, project, facts
+
+
+def _initial_for(request) -> dict:
+    """Pre-fill: "submit again" (?again=<job id>), a template (?template=<id>), or the fields
+    in the query (the page re-rendered for another project)."""
+    if request.GET.get("again", "").isdigit():
+        job = _visible_job(request, int(request.GET["again"]))
+        return initial_from_fields(fields_of_job(job))
+    if request.GET.get("template", "").isdigit():
+        template = get_object_or_404(
+            template_list_visible_to(user=request.user), pk=int(request.GET["template"])
+        )
+        return initial_from_fields(
+            {**template.fields, "project": template.project.slug, "template": template.pk}
+        )
+    return {k: v for k, v in request.GET.items() if k in JobSubmitForm.base_fields}
+
+
+def _render_submit(request, form, projects, *, save_form=None, status=200):
+    templates = page_selectors.templates_for_projects(projects=projects)
+    context = {
+        "form": form,
+        "templates": templates,
+        "chosen_template": form.initial.get("template"),
+        "save_form": save_form or SaveTemplateForm(),
+        "no_projects": not projects,
+    }
+    return render(request, "jobs/submit.html", context, status=status)
+
+
+class JobSubmitView(LoginRequiredMixin, View):
     def get(self, request):
-        form = JobSubmitForm(projects=self._projects(request))
-        return render(request, "jobs/submit.html", {"form": form})
+        form, projects, _, _ = _build_form(request, initial=_initial_for(request))
+        return _render_submit(request, form, projects)
 
     def post(self, request):
-        form = JobSubmitForm(request.POST, projects=self._projects(request))
+        form, projects, _, _ = _build_form(request, data=request.POST)
+        if "save_template" in request.POST:
+            return self._save_template(request, form, projects)
         if not form.is_valid():
-            return render(request, "jobs/submit.html", {"form": form}, status=400)
+            return _render_submit(request, form, projects, status=400)
         try:
             outcome = job_submit(
                 actor=request.user,
@@ -86,10 +178,77 @@ class JobSubmitView(LoginRequiredMixin, View):
                 source="ui",
             )
         except ValidationError as exc:
-            for field, errors in exc.message_dict.items():
-                form.add_error(field if field in form.fields else None, errors)
-            return render(request, "jobs/submit.html", {"form": form}, status=400)
+            _errors_to_form(form, exc.message_dict)
+            return _render_submit(request, form, projects, status=400)
         messages.success(request, f"Job {outcome.job.name} submitted.")
         for warning in outcome.warnings:
             messages.warning(request, warning)
         return redirect("job-detail", pk=outcome.job.pk)
+
+    def _save_template(self, request, form, projects):
+        save_form = SaveTemplateForm(request.POST)
+        if not (form.is_valid() & save_form.is_valid()):
+            return _render_submit(request, form, projects, save_form=save_form, status=400)
+        project = next(p for p in projects if p.slug == form.cleaned_data["project"])
+        fields = form.request_data()
+        fields.pop("name", None)
+        try:
+            template = template_create(
+                actor=request.user,
+                project=project,
+                name=save_form.cleaned_data["template_name"],
+                fields=fields,
+            )
+        except ValidationError as exc:
+            errors = exc.message_dict
+            for message in errors.pop("name", []):
+                save_form.add_error("template_name", message)
+            _errors_to_form(form, {k.removeprefix("fields."): v for k, v in errors.items()})
+            return _render_submit(request, form, projects, save_form=save_form, status=400)
+        messages.success(request, f"Saved template {template.name} for project {project.slug}.")
+        return redirect(f"{request.path}?template={template.pk}")
+
+
+def _errors_to_form(form, errors: dict) -> None:
+    for field, messages_ in errors.items():
+        form.add_error(field if field in form.fields else None, messages_)
+
+
+class JobSubmitCheckView(LoginRequiredMixin, View):
+    """The live line under the form: feasibility and the YAML that would be applied."""
+
+    def post(self, request):
+        form, _, project, facts = _build_form(request, data=request.POST)
+        valid = form.is_valid()  # also fills cleaned_data with the fields that are fine
+        # A field not filled in yet is not an error to shout about while the user types (the
+        # submission says so by the field).
+        typed = {k: v for k, v in form.errors.items() if str(request.POST.get(k, "")).strip()}
+        context = {"form": form, "result": None, "yaml": "", "errors": _labelled(form, typed)}
+        if project is None or "kind" not in form.cleaned_data:
+            return render(request, "jobs/partials/submit_check.html", context)
+        data = form.request_data()
+        kind = data.get("kind", "")
+        # Whether it fits does not depend on the image, command or environment: judge the
+        # shape even while those are still being typed.
+        shape = {**data, "image": "busybox", "command": [], "env": {}, "name": ""}
+        result = validate_job_request(job_request_from(project=project, data=shape), facts)
+        in_use = page_selectors.in_use_for_projects(projects=[project])[project.pk]
+        context["result"] = feasibility(
+            result=result,
+            kind=kind,
+            mig_profile=data.get("mig_profile", ""),
+            pools=facts,
+            in_use=in_use,
+        )
+        if valid:
+            outcome = job_submit(actor=request.user, project=project, data=data, dry_run=True)
+            if outcome.validation.ok:
+                context["yaml"] = manifests_yaml(outcome.manifests)
+            else:
+                context["errors"] = _labelled(form, outcome.validation.errors)
+        return render(request, "jobs/partials/submit_check.html", context)
+
+
+def _labelled(form, errors) -> dict[str, list[str]]:
+    """{field label: messages} for the check line (the form shows them by the fields too)."""
+    return {str(form[k].label) if k in form.fields else "": list(v) for k, v in errors.items()}

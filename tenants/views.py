@@ -15,11 +15,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 from django.views.generic import TemplateView
 
+from jobs import page_selectors
 from jobs.selectors import usage_rows_for_projects
 from quotas.selectors import quota_rows_for_projects
 from tenants.forms import MemberAddForm, MemberRoleForm, TokenCreateForm
 from tenants.models import Membership, Project
-from tenants.permissions import can_manage_members
+from tenants.permissions import WRITER_ROLES, can_manage_members
 from tenants.selectors import (
     membership_list_for_project,
     project_list_visible_to,
@@ -35,16 +36,23 @@ from tenants.services import (
 
 
 class HomeView(LoginRequiredMixin, TemplateView):
+    """My projects with a bar per pool and resource, my unfinished jobs (live) and my GPU-hours
+    this week."""
+
     template_name = "tenants/home.html"
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
-        projects = list(project_list_visible_to(user=self.request.user))
-        rows = quota_rows_for_projects(projects=projects)
-        usage = usage_rows_for_projects(projects=projects)
-        context["projects"] = [
-            (project, rows.get(project.pk, []), usage.get(project.pk, [])) for project in projects
-        ]
+        user = self.request.user
+        projects = list(project_list_visible_to(user=user))
+        bars = page_selectors.quota_bars_for_projects(projects=projects)
+        context["projects"] = [(project, bars.get(project.pk, [])) for project in projects]
+        context["my_jobs"] = list(page_selectors.my_active_jobs(user=user))
+        context["gpu_hours"] = page_selectors.my_gpu_hours_this_week(user=user)
+        # my_role is annotated on each project: no extra query to know whether I may submit.
+        context["can_submit"] = user.is_staff or any(
+            getattr(p, "my_role", None) in WRITER_ROLES for p in projects
+        )
         return context
 
 

@@ -273,25 +273,37 @@ def build_job_request(
     backend: str | None,
     pool: str | None,
     priority: str | None,
-    image: str,
+    image: str | None,
     env: tuple[str, ...],
     cpu: str | None,
     memory: str | None,
     max_runtime: str | None,
     command: tuple[str, ...],
+    template: str | None = None,
 ) -> dict[str, Any]:
-    """The POST /api/v1/jobs/ body for the flags given (the portal does the validation)."""
+    """The POST /api/v1/jobs/ body for the flags given (the portal does the validation).
+
+    With a template, only the flags given are sent: the portal fills in the rest from the
+    template, and these override it."""
     if mig and gang:
         raise click.UsageError("--mig and --gang do not go together: a gang uses whole GPUs.")
     if mig and gpus:
         raise click.UsageError("--mig takes one MIG slice; leave out --gpus.")
-    body: dict[str, Any] = {"project": project, "image": image}
+    if not image and not template:
+        raise click.UsageError("Give --image (or --template NAME, a saved template).")
+    body: dict[str, Any] = {"project": project}
+    if template:
+        body["template"] = template
+    if image:
+        body["image"] = image
     if mig:
         body.update(kind="mig", mig_profile=mig)
     elif gang:
         body.update(kind="gang", replicas=gang, gpus=gpus if gpus is not None else 8)
-    else:
+    elif not template:
         body.update(kind="single", gpus=gpus if gpus is not None else 1)
+    elif gpus is not None:
+        body["gpus"] = gpus
     optional = {
         "name": name,
         "backend": backend,
@@ -322,7 +334,13 @@ def build_job_request(
 @click.option("--backend", type=click.Choice(["kueue", "volcano"]), help="Gang backend.")
 @click.option("--pool", help="GPU pool slug (default: any pool the project has quota in).")
 @click.option("--priority", type=click.Choice(["high", "normal", "low"]), help="Default: normal.")
-@click.option("--image", required=True, help="Container image, e.g. pytorch/pytorch:2.4.0.")
+@click.option("--image", help="Container image, e.g. pytorch/pytorch:2.4.0 (or from --template).")
+@click.option(
+    "--template",
+    "-t",
+    metavar="NAME",
+    help="A saved template of the project; the other flags given override its fields.",
+)
 @click.option("--env", "-e", multiple=True, metavar="KEY=VALUE", help="Environment (repeatable).")
 @click.option("--cpu", help="CPU per pod, e.g. 8 or 500m.")
 @click.option("--memory", help="Memory per pod, e.g. 64Gi.")
@@ -345,6 +363,7 @@ def submit(client: Client, as_json: bool, dry_run: bool, wait_: bool, **flags: A
       gpuportal submit -p vision --gang 2 --gpus 8 --backend volcano --image img -- torchrun x.py
       gpuportal submit -p vision --image busybox --dry-run -- true
       gpuportal submit -p vision --image busybox --wait --max-runtime 2h -e SEED=1 -- ./run.sh
+      gpuportal submit -p vision --template nightly --gpus 2
     """
     body = build_job_request(**flags)
     if dry_run:

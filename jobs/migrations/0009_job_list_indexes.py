@@ -49,7 +49,7 @@ def reset_small_tables(apps, schema_editor) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("jobs", "0007_job_arrays"),
+        ("jobs", "0008_job_templates"),
         ("tenants", "0003_project_pod_security"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

@@ -57,3 +57,21 @@ document.addEventListener("htmx:sseOpen", function (event) {
     startLivePolling(liveRoot(event.target));
   });
 });
+
+// Every destructive action confirms: a form with data-confirm asks first (cancel a job, ...).
+document.addEventListener("submit", function (event) {
+  var form = event.target;
+  if (form.dataset && form.dataset.confirm && !window.confirm(form.dataset.confirm)) {
+    event.preventDefault();
+    event.stopImmediatePropagation();
+  }
+}, true);
+
+// The submit form's kind switch: show only the fields that apply to the chosen kind (the CSS
+// hides the others from form[data-kind]; the server also ignores them).
+document.addEventListener("change", function (event) {
+  var input = event.target;
+  if (input.name === "kind" && input.form && input.form.dataset.kind !== undefined) {
+    input.form.dataset.kind = input.value;
+  }
+});

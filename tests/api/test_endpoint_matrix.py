@@ -255,6 +255,36 @@ def _assert_element_resubmitted(p, persona: str) -> None:
     )
 
 
+def _template_in_a(p) -> Any:
+    from jobs.models import JobTemplate
+
+    template, _ = JobTemplate.objects.get_or_create(
+        project=p.project_a,
+        name="nightly",
+        defaults={"fields": {"kind": "single", "image": "busybox", "gpus": 1}},
+    )
+    return template
+
+
+def _assert_template_saved(p, persona: str) -> None:
+    from jobs.models import JobTemplate
+
+    template = JobTemplate.objects.get(project=p.project_a, name="matrix-tpl")
+    assert template.created_by == p.by_name(persona)
+
+
+def _assert_template_renamed(p, persona: str) -> None:
+    from jobs.models import JobTemplate
+
+    assert JobTemplate.objects.filter(project=p.project_a, name="renamed").exists()
+
+
+def _assert_template_gone(p, persona: str) -> None:
+    from jobs.models import JobTemplate
+
+    assert not JobTemplate.objects.filter(project=p.project_a, name="nightly").exists()
+
+
 READ_ALL_IN_PROJECT = {"outsider": 404, "viewer": 200, "member": 200, "admin": 200, "staff": 200}
 LIST_OK = dict.fromkeys(PERSONA_NAMES, 200)
 ADMINS_ONLY = {"outsider": 404, "viewer": 403, "member": 403, "admin": 200, "staff": 200}
@@ -370,6 +400,30 @@ CASES: dict[str, Case] = {
             "resubmit_failed": WRITERS,
         },
         after={"cancel": _assert_array_cancelled, "resubmit_failed": _assert_element_resubmitted},
+    ),
+    "templates": Case(
+        target=lambda p: str(_template_in_a(p).pk),
+        listed=lambda p, results: any(r["id"] == _template_in_a(p).pk for r in results),
+        payloads={
+            "create": lambda p: {
+                "project": "alpha",
+                "name": "matrix-tpl",
+                "fields": {"kind": "single", "image": "busybox", "gpus": 2},
+            },
+            "partial_update": lambda p: {"name": "renamed"},
+        },
+        expect={
+            "list": LIST_OK,
+            "retrieve": READ_ALL_IN_PROJECT,
+            "create": {"outsider": 400, "viewer": 403, "member": 201, "admin": 201, "staff": 201},
+            "partial_update": WRITERS,
+            "destroy": {**WRITERS, "member": 204, "admin": 204, "staff": 204},
+        },
+        after={
+            "create": _assert_template_saved,
+            "partial_update": _assert_template_renamed,
+            "destroy": _assert_template_gone,
+        },
     ),
     # GPU metrics (gpumetrics): nested under a job and a project.
     "job-metrics": Case(

@@ -140,3 +140,18 @@ def test_login_file_is_private_and_environment_wins(tmp_path, monkeypatch):
     assert config.forget_settings() is True
     with pytest.raises(CliError):  # the token alone is not enough: no URL any more
         config.load_settings()
+
+
+def test_a_template_sends_only_the_flags_given():
+    assert request(image=None, template="nightly") == {"project": "vision", "template": "nightly"}
+    assert request(image=None, template="nightly", gpus=2, command=("python", "x.py")) == {
+        "project": "vision",
+        "template": "nightly",
+        "gpus": 2,
+        "command": ["python", "x.py"],
+    }
+
+
+def test_an_image_or_a_template_is_needed():
+    with pytest.raises(click.UsageError, match="--template"):
+        request(image=None)

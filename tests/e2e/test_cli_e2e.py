@@ -287,3 +287,37 @@ def test_metrics_and_usage_outputs_parse(portal):
     assert "usage" in projects[0]
     table = gpuportal(portal, "projects")
     assert table.stdout.splitlines()[0].split()[:4] == ["PROJECT", "ROLE", "POOL", "RESOURCE"]
+
+
+def test_submit_from_a_saved_template_with_a_flag_overriding_it(portal, e2e_org):
+    from jobs.models import Job, JobTemplate
+
+    JobTemplate.objects.create(
+        project=e2e_org["alpha"],
+        name="nightly",
+        fields={"kind": "single", "image": IMAGE, "gpus": 1, "env": {"SEED": "7"}},
+    )
+    done = gpuportal(
+        portal,
+        "submit",
+        "-p",
+        "alpha",
+        "--template",
+        "nightly",
+        "--gpus",
+        "2",
+        "--name",
+        "from-template",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "echo templated",
+    )
+    assert done.returncode == EXIT_OK, done.stderr
+    job = Job.objects.get(name="from-template")
+    assert (job.image, job.gpus, job.env) == (IMAGE, 2, {"SEED": "7"})
+    assert job.command == ["sh", "-c", "echo templated"]
+    missing = gpuportal(portal, "submit", "-p", "alpha", "--template", "nope")
+    assert missing.returncode == EXIT_USAGE
+    assert "template" in missing.stderr

@@ -75,7 +75,7 @@ HOME = {
 
 
 @pytest.mark.parametrize("persona", PERSONA_NAMES)
-def test_home_lists_my_projects_with_their_quota_table(persona, personas, web_client_for):
+def test_home_lists_my_projects_with_their_quota_bars(persona, personas, web_client_for):
     response = web_client_for(personas.by_name(persona)).get("/")
     assert response.status_code == 200
     html = response.content.decode()
@@ -84,11 +84,11 @@ def test_home_lists_my_projects_with_their_quota_table(persona, personas, web_cl
         assert f'id="project-{slug}"' in html
     for slug in hidden:
         assert f'id="project-{slug}"' not in html
-    assert '<th scope="col" class="num">Guaranteed</th>' in html
-    assert '<th scope="col" class="num">Maximum</th>' in html
+    assert 'class="quota-bars"' in html
+    assert "guaranteed" in html
 
 
-def test_home_quota_table_shows_each_pool_and_resource(personas, web_client_for):
+def test_home_quota_bars_show_each_pool_and_resource(personas, web_client_for):
     a100 = GpuPoolFactory(slug="a100", name="A100 40GB", gpu_model="NVIDIA-A100-SXM4-40GB")
     ProjectQuotaFactory(project=personas.project_a, pool=a100, nominal=3, borrowing_limit=0)
     ProjectQuotaFactory(
@@ -96,19 +96,15 @@ def test_home_quota_table_shows_each_pool_and_resource(personas, web_client_for)
     )
     html = web_client_for(personas.viewer).get("/").content.decode()
     section = html[html.index('id="project-alpha"') :]
-    section = section[: section.index("</table>")]
-    rows = [
-        [
-            " ".join(re.sub(r"<[^>]+>", "", cell).split())
-            for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.S)
-        ]
-        for row in re.findall(r"<tr>(.*?)</tr>", section, flags=re.S)
+    section = section[: section.index("</section>")]
+    bars = [
+        " ".join(re.sub(r"<[^>]+>", " ", item).split())
+        for item in re.findall(r'<li class="quota-bar">(.*?)</li>', section, flags=re.S)
     ]
-    rows = [row for row in rows if row]  # the header row has <th>, not <td>
-    assert rows == [
-        ["A100 40GB (a100)", "NVIDIA-A100-SXM4-40GB", "full GPU", "3", "3"],
-        ["H100 80GB (h100)", "NVIDIA-H100-80GB-HBM3", "full GPU", "8", "8"],
-        ["H100 80GB (h100)", "NVIDIA-H100-80GB-HBM3", "MIG 1g.10gb", "14", "14"],
+    assert bars == [
+        "a100 · GPUs 0 in use 3 guaranteed 0 borrowable",
+        "h100 · GPUs 0 in use 8 guaranteed 0 borrowable",
+        "h100 · MIG 1g.10gb 0 in use 14 guaranteed 0 borrowable",
     ]
     assert "viewer</span>" in section
 
@@ -134,7 +130,8 @@ def test_home_query_count_does_not_grow_with_projects(
         MembershipFactory(user=personas.member, project=project, role="member")
         ProjectQuotaFactory(project=project, pool=personas.pool, nominal=1)
     client = web_client_for(personas.member)
-    with django_assert_max_num_queries(7):
+    # Session, user, projects, quota (3), usage, my jobs, my GPU-hours.
+    with django_assert_max_num_queries(9):
         response = client.get("/")
     assert response.content.decode().count('class="card project"') == 16
 
