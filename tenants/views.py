@@ -7,6 +7,8 @@ answers with the section it changed; without, it redirects back (or re-renders w
 
 from __future__ import annotations
 
+import time
+
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, ValidationError
@@ -15,14 +17,16 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 from django.views.generic import TemplateView
 
+from gpumetrics.selectors import project_usage
 from jobs.selectors import usage_rows_for_projects
 from quotas.selectors import quota_rows_for_projects
 from tenants.forms import MemberAddForm, MemberRoleForm, TokenCreateForm
 from tenants.models import Membership, Project
-from tenants.permissions import can_manage_members
+from tenants.permissions import can_manage_members, can_write
 from tenants.selectors import (
     membership_list_for_project,
     project_list_visible_to,
+    staff_contacts,
     token_list_for_user,
 )
 from tenants.services import (
@@ -45,6 +49,8 @@ class HomeView(LoginRequiredMixin, TemplateView):
         context["projects"] = [
             (project, rows.get(project.pk, []), usage.get(project.pk, [])) for project in projects
         ]
+        if not projects:
+            context["contacts"] = staff_contacts()  # whom to ask for access
         return context
 
 
@@ -76,6 +82,7 @@ def _render_project(
         "project": project,
         "members": membership_list_for_project(project=project),
         "can_manage": can_manage_members(request.user, project),
+        "can_write": can_write(request.user, project),
         "add_form": add_form or MemberAddForm(),
         "role_choices": MemberRoleForm.base_fields["role"].choices,
         "member_error": error,
@@ -84,7 +91,17 @@ def _render_project(
         return render(request, "tenants/partials/members.html", context, status=status)
     context["quota_rows"] = quota_rows_for_projects(projects=[project])[project.pk]
     context["usage_rows"] = usage_rows_for_projects(projects=[project])[project.pk]
+    context["usage_by_user"] = usage_by_user(project)
     return render(request, "tenants/project.html", context, status=status)
+
+
+USAGE_DAYS = 30
+
+
+def usage_by_user(project: Project) -> list[dict]:
+    """GPU-hours per user over the last USAGE_DAYS days (the chart above shows them per day)."""
+    since = int(time.time()) - USAGE_DAYS * 86400
+    return project_usage(project, since=since, until=None, group_by="user")
 
 
 def _after_member_change(request: HttpRequest, project: Project, done: str) -> HttpResponse:
