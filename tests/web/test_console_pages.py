@@ -419,3 +419,31 @@ def test_api_docs_link_back_to_the_portal(personas, web_client_for):
     assert 'href="/"' in html
     assert "Back to the portal" in html
     assert 'id="swagger-ui"' in html
+
+
+def test_project_admin_adds_a_member_by_e_mail_and_removal_asks_first(personas, web_client_for):
+    from tenants.models import Membership
+    from tests.factories import UserFactory
+
+    UserFactory(username="nadia", email="Nadia@Example.org")
+    client = web_client_for(personas.admin)
+    html = client.get("/projects/alpha/").content.decode()
+    assert 'hx-confirm="Remove bob from alpha?"' in html
+    assert "Username or e-mail" in html
+    response = client.post(
+        "/projects/alpha/members/", {"user": "nadia@example.org", "role": "viewer"}
+    )
+    assert response.status_code == 302
+    assert (
+        Membership.objects.get(user__username="nadia", project=personas.project_a).role == "viewer"
+    )
+    UserFactory(username="twin-1", email="twin@example.org")
+    UserFactory(username="twin-2", email="twin@example.org")
+    ambiguous = client.post("/projects/alpha/members/", {"user": "twin@example.org"})
+    assert ambiguous.status_code == 400
+    body = ambiguous.content.decode()
+    # the error sits in the field's own block, next to the input
+    field = body[body.index('<div class="field has-error">') :]
+    field = field[: field.index("</div>")]
+    assert 'name="user"' in field
+    assert "Several users have the e-mail" in field
