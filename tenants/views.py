@@ -76,6 +76,7 @@ def _render_project(
     *,
     add_form: MemberAddForm | None = None,
     error: str | None = None,
+    error_for: int | None = None,
     status: int = 200,
 ) -> HttpResponse:
     context = {
@@ -86,6 +87,8 @@ def _render_project(
         "add_form": add_form or MemberAddForm(),
         "role_choices": MemberRoleForm.base_fields["role"].choices,
         "member_error": error,
+        # The membership row the error is about: shown next to that row's controls.
+        "member_error_for": error_for,
     }
     if request.htmx:
         return render(request, "tenants/partials/members.html", context, status=status)
@@ -146,13 +149,17 @@ class MemberRoleView(LoginRequiredMixin, View):
         membership = get_object_or_404(Membership, pk=membership_id, project=project)
         form = MemberRoleForm(request.POST)
         if not form.is_valid():
-            return _render_project(request, project, error=form.errors["role"][0], status=400)
+            return _render_project(
+                request, project, error=form.errors["role"][0], error_for=membership.pk, status=400
+            )
         try:
             membership = membership_change_role(
                 actor=request.user, membership=membership, role=form.cleaned_data["role"]
             )
         except ValidationError as exc:
-            return _render_project(request, project, error=_first_message(exc), status=400)
+            return _render_project(
+                request, project, error=_first_message(exc), error_for=membership.pk, status=400
+            )
         done = f"{membership.user.get_username()} is now {membership.role}."
         return _after_member_change(request, project, done)
 
@@ -167,7 +174,9 @@ class MemberRemoveView(LoginRequiredMixin, View):
         try:
             membership_remove(actor=request.user, membership=membership)
         except ValidationError as exc:
-            return _render_project(request, project, error=_first_message(exc), status=400)
+            return _render_project(
+                request, project, error=_first_message(exc), error_for=membership.pk, status=400
+            )
         return _after_member_change(request, project, f"Removed {username} from {project.slug}.")
 
 

@@ -191,12 +191,17 @@ def test_console_pages_pass_axe_and_fit_a_phone(e2e_org, console_server, open_pa
             assert page.locator(".foreign", has_text="another project").count() >= 1
             assert page.locator("text=beta-train").count() == 0
             screenshot(page, "cluster-page")
-        if name == "project":
-            screenshot(page, "project-page")
+        if name in ("project", "overview"):
+            screenshot(page, f"{name}-page")
     assert not any(found.values()), "\n".join(f"{n}: {v}" for n, v in found.items() if v)
 
-    for path in ("/cluster/", "/projects/alpha/", "/"):
-        phone = open_page(bob, viewport=PHONE)
+    for user, path in (
+        (bob, "/cluster/"),
+        (bob, "/projects/alpha/"),
+        (bob, "/"),
+        (staff, "/overview/"),
+    ):
+        phone = open_page(user, viewport=PHONE)
         phone.goto(base + path)
         phone.wait_for_load_state("networkidle")
         assert fits_width(phone), f"{path} scrolls sideways at {PHONE['width']} px"

@@ -447,3 +447,18 @@ def test_project_admin_adds_a_member_by_e_mail_and_removal_asks_first(personas, 
     field = field[: field.index("</div>")]
     assert 'name="user"' in field
     assert "Several users have the e-mail" in field
+
+
+def test_a_refused_role_change_is_shown_in_that_members_row(personas, web_client_for):
+    from tenants.models import Membership
+
+    alice = Membership.objects.get(project=personas.project_a, user=personas.admin)
+    response = web_client_for(personas.admin).post(
+        f"/projects/alpha/members/{alice.pk}/role/", {"role": "viewer"}, HTTP_HX_REQUEST="true"
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    row = html[html.index('id="member-alice"') :]
+    row = row[: row.index("</tr>")]
+    assert "last admin" in row
+    assert html.count('class="error"') == 1
