@@ -13,7 +13,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db.models import IntegerField, OuterRef, Subquery, Sum
+from django.db.models import DecimalField, IntegerField, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 
@@ -283,6 +283,33 @@ def with_usable_amounts(queryset):
     )
 
 
+def with_current_use(queryset):
+    """Annotate ProjectQuotas with `in_use_now`: what the project uses of that pool and
+    resource now, as the cluster's queues report it (jobs.QueueUsage, kept by the watcher)."""
+    from jobs.models import QueueUsage  # jobs depends on quotas, not the other way round
+
+    in_use = Subquery(
+        QueueUsage.objects.filter(
+            project_id=OuterRef("project_id"),
+            pool=OuterRef("pool__slug"),
+            resource=OuterRef("resource"),
+        )
+        .values("project_id")
+        .annotate(total=Sum("in_use"))
+        .values("total")[:1],
+        output_field=DecimalField(max_digits=12, decimal_places=3),
+    )
+    return queryset.annotate(in_use_now=in_use)
+
+
+def current_use(quota: ProjectQuota) -> str:
+    """'3 of 8' (use now of the guaranteed quota); '—' before the cluster reported any."""
+    value = getattr(quota, "in_use_now", None)
+    if quota.pk is None or value is None:
+        return "—"
+    return f"{value.normalize():f} of {quota.nominal}"
+
+
 def quota_maximum(quota: ProjectQuota) -> int | str:
     """The most the project can use of this quota (see quotas.arithmetic.usable_amount)."""
     if quota.pk is None or quota.nominal is None:
@@ -335,6 +362,7 @@ class ProjectQuotaAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
         "nominal",
         "borrowing",
         "maximum",
+        "in_use",
     )
     list_filter = ("pool", "project__department", "resource")
     search_fields = ("project__slug", "project__name", "pool__slug", "resource")
@@ -355,7 +383,11 @@ class ProjectQuotaAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
         return super().changelist_view(request, extra_context)
 
     def get_queryset(self, request):
-        return with_usable_amounts(super().get_queryset(request))
+        return with_current_use(with_usable_amounts(super().get_queryset(request)))
+
+    @admin.display(description="in use now")
+    def in_use(self, quota: ProjectQuota) -> str:
+        return current_use(quota)
 
     @admin.display(description="department", ordering="project__department__slug")
     def department(self, quota: ProjectQuota) -> str:

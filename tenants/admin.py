@@ -15,11 +15,13 @@ from quotas import services as quota_services
 from quotas.admin import (
     DepartmentQuotaForm,
     ProjectQuotaForm,
+    current_use,
     quota_maximum,
     save_department_quota,
     save_project_quota,
     warn_about_quota_sync,
     warn_if_oversubscribed,
+    with_current_use,
     with_usable_amounts,
 )
 from quotas.admin_base import QuotaSyncOnChangeAdminMixin, ServiceModelAdmin, add_service_errors
@@ -116,7 +118,7 @@ class DepartmentAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
 class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
-    raw_id_fields = ("user",)
+    autocomplete_fields = ("user",)  # choose people by name (the User admin's search)
     fields = ("user", "role")
 
 
@@ -124,17 +126,23 @@ class ProjectQuotaInline(admin.TabularInline):
     model = ProjectQuota
     form = ProjectQuotaForm
     extra = 0
-    fields = ("pool", "resource", "nominal", "borrowing_limit", "maximum")
-    readonly_fields = ("maximum",)
+    fields = ("pool", "resource", "nominal", "borrowing_limit", "maximum", "in_use")
+    readonly_fields = ("maximum", "in_use")
     verbose_name = "GPU quota"
     verbose_name_plural = "GPU quotas (guaranteed = nominal; may borrow up to the limit)"
 
     def get_queryset(self, request):
-        return with_usable_amounts(super().get_queryset(request).select_related("pool"))
+        return with_current_use(
+            with_usable_amounts(super().get_queryset(request).select_related("pool"))
+        )
 
     @admin.display(description="maximum (with borrowing)")
     def maximum(self, quota: ProjectQuota) -> int | str:
         return quota_maximum(quota)
+
+    @admin.display(description="in use now")
+    def in_use(self, quota: ProjectQuota) -> str:
+        return current_use(quota)
 
 
 class ProjectForm(forms.ModelForm):
@@ -294,7 +302,7 @@ class MembershipAdmin(ServiceModelAdmin):
     list_filter = ("role", "project__department", "project")
     search_fields = ("user__username", "project__slug")
     list_select_related = ("project", "user")
-    raw_id_fields = ("user",)
+    autocomplete_fields = ("user",)
 
     def service_save(self, request, obj: Membership, form, change: bool) -> Membership:
         return _save_membership(request.user, obj.project, obj)

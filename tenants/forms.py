@@ -42,13 +42,25 @@ class TokenCreateForm(forms.Form):
 
 
 class MemberAddForm(forms.Form):
-    user = forms.CharField(label="Username", max_length=150)
+    user = forms.CharField(
+        label="Username or e-mail",
+        max_length=254,
+        help_text="The person's portal username (shown at the top right of their pages).",
+    )
     role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
 
     def clean_user(self):
         username = self.cleaned_data["user"].strip()
         User = get_user_model()
         user = User.objects.filter(**{User.USERNAME_FIELD: username}).first()
+        if user is None and "@" in username:
+            # People know each other's e-mail more often than their username.
+            matches = list(User.objects.filter(email__iexact=username, is_active=True)[:2])
+            if len(matches) > 1:
+                raise forms.ValidationError(
+                    f"Several users have the e-mail '{username}': give the username instead."
+                )
+            user = matches[0] if matches else None
         if user is None:
             raise forms.ValidationError(f"No user named '{username}'.")
         return user

@@ -73,3 +73,11 @@ def membership_list_for_project(*, project: Project) -> QuerySet:
 def token_list_for_user(*, user: Any) -> QuerySet:
     """A user's personal API tokens, newest first (only the public key prefix is stored)."""
     return AuthToken.objects.filter(user=user).order_by("-created")
+
+
+def staff_contacts(*, limit: int = 5) -> list[Any]:
+    """Active staff users to ask for access (named on the page of a user with no project)."""
+    from django.contrib.auth import get_user_model
+
+    User = get_user_model()
+    return list(User.objects.filter(is_staff=True, is_active=True).order_by("username")[:limit])

@@ -7,6 +7,8 @@ answers with the section it changed; without, it redirects back (or re-renders w
 
 from __future__ import annotations
 
+import time
+
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, ValidationError
@@ -15,15 +17,17 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 from django.views.generic import TemplateView
 
+from gpumetrics.selectors import project_usage
 from jobs import page_selectors
 from jobs.selectors import usage_rows_for_projects
 from quotas.selectors import quota_rows_for_projects
 from tenants.forms import MemberAddForm, MemberRoleForm, TokenCreateForm
 from tenants.models import Membership, Project
-from tenants.permissions import WRITER_ROLES, can_manage_members
+from tenants.permissions import WRITER_ROLES, can_manage_members, can_write
 from tenants.selectors import (
     membership_list_for_project,
     project_list_visible_to,
+    staff_contacts,
     token_list_for_user,
 )
 from tenants.services import (
@@ -53,6 +57,8 @@ class HomeView(LoginRequiredMixin, TemplateView):
         context["can_submit"] = user.is_staff or any(
             getattr(p, "my_role", None) in WRITER_ROLES for p in projects
         )
+        if not projects:
+            context["contacts"] = staff_contacts()  # whom to ask for access
         return context
 
 
@@ -78,21 +84,35 @@ def _render_project(
     *,
     add_form: MemberAddForm | None = None,
     error: str | None = None,
+    error_for: int | None = None,
     status: int = 200,
 ) -> HttpResponse:
     context = {
         "project": project,
         "members": membership_list_for_project(project=project),
         "can_manage": can_manage_members(request.user, project),
+        "can_write": can_write(request.user, project),
         "add_form": add_form or MemberAddForm(),
         "role_choices": MemberRoleForm.base_fields["role"].choices,
         "member_error": error,
+        # The membership row the error is about: shown next to that row's controls.
+        "member_error_for": error_for,
     }
     if request.htmx:
         return render(request, "tenants/partials/members.html", context, status=status)
     context["quota_rows"] = quota_rows_for_projects(projects=[project])[project.pk]
     context["usage_rows"] = usage_rows_for_projects(projects=[project])[project.pk]
+    context["usage_by_user"] = usage_by_user(project)
     return render(request, "tenants/project.html", context, status=status)
+
+
+USAGE_DAYS = 30
+
+
+def usage_by_user(project: Project) -> list[dict]:
+    """GPU-hours per user over the last USAGE_DAYS days (the chart above shows them per day)."""
+    since = int(time.time()) - USAGE_DAYS * 86400
+    return project_usage(project, since=since, until=None, group_by="user")
 
 
 def _after_member_change(request: HttpRequest, project: Project, done: str) -> HttpResponse:
@@ -137,13 +157,17 @@ class MemberRoleView(LoginRequiredMixin, View):
         membership = get_object_or_404(Membership, pk=membership_id, project=project)
         form = MemberRoleForm(request.POST)
         if not form.is_valid():
-            return _render_project(request, project, error=form.errors["role"][0], status=400)
+            return _render_project(
+                request, project, error=form.errors["role"][0], error_for=membership.pk, status=400
+            )
         try:
             membership = membership_change_role(
                 actor=request.user, membership=membership, role=form.cleaned_data["role"]
             )
         except ValidationError as exc:
-            return _render_project(request, project, error=_first_message(exc), status=400)
+            return _render_project(
+                request, project, error=_first_message(exc), error_for=membership.pk, status=400
+            )
         done = f"{membership.user.get_username()} is now {membership.role}."
         return _after_member_change(request, project, done)
 
@@ -158,7 +182,9 @@ class MemberRemoveView(LoginRequiredMixin, View):
         try:
             membership_remove(actor=request.user, membership=membership)
         except ValidationError as exc:
-            return _render_project(request, project, error=_first_message(exc), status=400)
+            return _render_project(
+                request, project, error=_first_message(exc), error_for=membership.pk, status=400
+            )
         return _after_member_change(request, project, f"Removed {username} from {project.slug}.")
 
 

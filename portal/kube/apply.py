@@ -22,6 +22,7 @@ from portal.kube.client import get_api_client
 # kind → (plural, namespaced). No discovery round-trips: the portal only speaks these kinds.
 KINDS: dict[str, tuple[str, bool]] = {
     "Namespace": ("namespaces", False),
+    "Node": ("nodes", False),
     "Pod": ("pods", True),
     "Service": ("services", True),
     "Secret": ("secrets", True),
