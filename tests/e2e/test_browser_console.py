@@ -196,3 +196,12 @@ def test_a_viewer_finds_no_write_control(console, portal_server, page_for):
     page.goto(portal_server.url + "/jobs/new/")
     page.get_by_text("You cannot submit jobs").wait_for()
     assert page.locator("#submit-form").count() == 0
+
+    # At phone width the pages fit the screen (wide tables scroll inside their box).
+    page.set_viewport_size({"width": 390, "height": 844})
+    for path in ("/", "/jobs/", f"/jobs/{job['id']}/"):
+        page.goto(portal_server.url + path)
+        page.locator("main h1").wait_for()
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, (path, width)
+    screenshot(page, "job-page-phone")
