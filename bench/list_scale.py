@@ -312,7 +312,9 @@ def main() -> None:
                 time.sleep(3)
             for label, p50, p99, shown in measure(base, token, session_key, args.requests, size):
                 table.setdefault(label, {})[size] = (p50, p99, shown)
-                print(f"  {label:<26} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  count {shown}")
+                print(
+                    f"  {label:<26} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  count {shown}", flush=True
+                )
             if args.baseline:
                 stop(web)
                 swap_indexes(NEW_INDEXES, OLD_INDEXES)
