@@ -163,12 +163,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_web(port: int, conn_max_age: int, log: Path) -> subprocess.Popen:
+def start_web(port: int, conn_max_age: int, log: Path, code: Path = REPO) -> subprocess.Popen:
     env = {
         **os.environ,
         "DATABASE_URL": DATABASE_URL,
         "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": str(code),
+        "PYTHONDONTWRITEBYTECODE": "1",  # --baseline may point at a checkout to leave as is
         "DEBUG": "false",
         "SECRET_KEY": "bench-only-secret-key-not-for-production-use-0123456789",
         "SECURE_SSL_REDIRECT": "false",
@@ -179,7 +180,7 @@ def start_web(port: int, conn_max_age: int, log: Path) -> subprocess.Popen:
     out = open(log, "ab")  # noqa: SIM115 - the child keeps it
     argv = [str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi:application"]
     argv += ["-b", f"127.0.0.1:{port}", "-w", "2", "--log-level", "warning"]
-    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return subprocess.Popen(argv, cwd=code, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -211,7 +212,34 @@ def requests_to_time(base: str, job_id: int, project: str, deep_cursor: str) -> 
     ]
 
 
-def measure(base: str, token: str, session_key: str, count: int, size: int):
+NEW_INDEXES = {
+    "job_newest_first": "(created_at DESC, id DESC)",
+    "job_project_newest": "(project_id, created_at DESC, id DESC)",
+    "job_submitter_newest": "(submitter_id, created_at DESC, id DESC)",
+    "job_state_newest": "(state, created_at DESC, id DESC)",
+    "job_kind_newest": "(kind, created_at DESC, id DESC)",
+}
+OLD_INDEXES = {
+    "jobs_job_project_1cf14b_idx": "(project_id, created_at DESC)",
+    "jobs_job_state_7f24c5_idx": "(state)",
+}
+
+
+def swap_indexes(drop: dict, create: dict) -> None:
+    """Between the indexes before 0009 and after it, for a --baseline measurement."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for name in drop:
+            cursor.execute(f"DROP INDEX IF EXISTS {name}")
+        for name, columns in create.items():
+            cursor.execute(f"CREATE INDEX IF NOT EXISTS {name} ON jobs_job {columns}")
+        cursor.execute("ANALYZE jobs_job")
+
+
+def measure(
+    base: str, token: str, session_key: str, count: int, size: int, kinds: int | None = None
+):
     import requests
 
     from jobs.models import Job
@@ -221,7 +249,7 @@ def measure(base: str, token: str, session_key: str, count: int, size: int):
     mine = list(Membership.objects.filter(user__username="bench").values_list("project", flat=True))
     visible = Job.objects.filter(project__in=mine).order_by("-created_at", "-id")
     newest = visible.first()
-    deep = visible[min(49_999, size // 4 - 100)]
+    deep = visible[min(49_999, size // 5)]  # about 250,000 rows visible at 1M
     cursor = KeysetCursor.after(deep).encode()
     project = newest.project.slug
     api = requests.Session()
@@ -229,7 +257,7 @@ def measure(base: str, token: str, session_key: str, count: int, size: int):
     html = requests.Session()
     html.cookies.set("sessionid", session_key)
     results = []
-    for label, url, kind in requests_to_time(base, newest.pk, project, cursor):
+    for label, url, kind in requests_to_time(base, newest.pk, project, cursor)[:kinds]:
         client = api if kind == "api" else html
         for _ in range(10):  # warm-up: connections, caches
             client.get(url, timeout=60).raise_for_status()
@@ -253,6 +281,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--conn-max-age", type=int, default=60)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="also measure this checkout (e.g. the main branch) with the indexes before 0009 "
+        "and CONN_MAX_AGE=0: the issue's five requests, as 'before'",
+    )
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
 
@@ -263,6 +297,7 @@ def main() -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     table: dict[str, dict[int, tuple[float, float, str]]] = {}
+    before: dict[str, dict[int, tuple[float, float, str]]] = {}
     stored = 0
     web = None
     try:
@@ -277,7 +312,24 @@ def main() -> None:
                 time.sleep(3)
             for label, p50, p99, shown in measure(base, token, session_key, args.requests, size):
                 table.setdefault(label, {})[size] = (p50, p99, shown)
-                print(f"  {label:<26} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  count {shown}")
+                print(
+                    f"  {label:<26} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  count {shown}", flush=True
+                )
+            if args.baseline:
+                stop(web)
+                swap_indexes(NEW_INDEXES, OLD_INDEXES)
+                old = start_web(port, 0, workdir / "web-before.log", code=args.baseline)
+                time.sleep(3)
+                try:
+                    rows = measure(base, token, session_key, args.requests, size, kinds=5)
+                finally:
+                    stop(old)
+                    swap_indexes(OLD_INDEXES, NEW_INDEXES)
+                for label, p50, p99, shown in rows:
+                    before.setdefault(label, {})[size] = (p50, p99, shown)
+                    print(f"  before: {label:<18} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  {shown}")
+                web = start_web(port, args.conn_max_age, workdir / "web.log")
+                time.sleep(3)
     finally:
         if web is not None:
             stop(web)
@@ -298,6 +350,9 @@ def main() -> None:
     for label, by_size in table.items():
         cells = " | ".join(f"{by_size[s][0]:.0f} / {by_size[s][1]:.0f}" for s in sizes)
         print(f"| `{label}` | {cells} |")
+    for label, by_size in before.items():
+        cells = " | ".join(f"{by_size[s][0]:.0f} / {by_size[s][1]:.0f}" for s in sizes)
+        print(f"| before: `{label}` | {cells} |")
 
 
 if __name__ == "__main__":

@@ -122,11 +122,16 @@ class CallCounter:
         self.kube = kube
         self.original = kube._call_raw
         self.calls: collections.Counter = collections.Counter()
+        self.seconds = 0.0
 
     def __enter__(self):
         def counted(method, path, **kwargs):
             self.calls[(method, path.rsplit("/", 1)[-1])] += 1
-            return self.original(method, path, **kwargs)
+            t0 = time.perf_counter()
+            try:
+                return self.original(method, path, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t0
 
         self.kube._call_raw = counted
         return self
@@ -152,7 +157,7 @@ def one_pass(page_size: int, *, trace: bool):
     if trace:
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-    return took, counter.calls, counts, peak
+    return took, counter, counts, peak
 
 
 def main() -> None:
@@ -177,20 +182,24 @@ def main() -> None:
             created = create_cluster_objects(ks)
             print(
                 f"{args.jobs:,} queued jobs in {args.projects} namespaces; their batch Jobs "
-                f"created in kubesim in {created:.1f} s"
+                f"created in kubesim in {created:.1f} s",
+                flush=True,
             )
             variants = [("paged", args.page_size)]
             if args.page_size:
                 variants.append(("unpaged", 1_000_000))
             for label, size in variants:
-                took, calls, counts, _ = one_pass(size, trace=False)
+                took, counter, counts, _ = one_pass(size, trace=False)
                 _, _, _, peak = one_pass(size, trace=True)
+                calls = counter.calls
                 lists = sum(n for (verb, _), n in calls.items() if verb == "GET")
                 by_kind = ", ".join(f"{k} {n}" for (_, k), n in sorted(calls.items()))
                 print(
-                    f"{label:>8} (limit {size:>7}): {took:5.2f} s, {sum(calls.values())} API "
-                    f"calls ({lists} LIST pages = {lists / args.projects:.2f} per namespace: "
-                    f"{by_kind}), peak Python memory {peak / 2**20:.1f} MiB; {counts}"
+                    f"{label:>8} (limit {size:>7}): {took:5.2f} s ({counter.seconds:.2f} s waiting "
+                    f"for the API server), {sum(calls.values())} API calls ({lists} LIST pages "
+                    f"= {lists / args.projects:.2f} per namespace: {by_kind}), peak Python "
+                    f"memory {peak / 2**20:.1f} MiB; {counts}",
+                    flush=True,
                 )
             from django.db import connections
 

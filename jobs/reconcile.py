@@ -481,7 +481,9 @@ def sweep_cluster_objects() -> dict[str, int]:
     for api_version, kind in JOB_OBJECT_KINDS:
         # A page of objects at a time (the list is paged too): memory stays bounded however
         # many finished jobs' objects the cluster keeps.
-        objects = kube.iter_owned(api_version, kind, selector=JOB_ID_KEY)
+        # Metadata only: the sweep decides on labels and names, and a cluster-wide page of full
+        # Jobs (pod templates, status) cost most of a resync pass in JSON decoding alone.
+        objects = kube.iter_owned(api_version, kind, selector=JOB_ID_KEY, metadata_only=True)
         try:
             for page in _batches(objects, kube.list_page_size()):
                 found: dict[tuple[int, str], list[dict[str, Any]]] = {}

@@ -204,6 +204,9 @@ def get(
 # Lists are read in pages of this many items (limit/continue), so a namespace or a cluster of
 # 10,000 jobs never arrives as one response held whole in memory, on either side.
 DEFAULT_LIST_PAGE_SIZE = 500
+METADATA_ACCEPT = (
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+)
 
 
 def list_page_size() -> int:
@@ -217,9 +220,13 @@ def iter_objects(
     namespace: str | None = None,
     label_selector: str | None = None,
     page_size: int | None = None,
+    metadata_only: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Objects of a kind (across namespaces when namespace is None), optionally by label,
-    streamed a page at a time. An expired continue token (410) surfaces as a KubeError."""
+    streamed a page at a time. An expired continue token (410) surfaces as a KubeError.
+
+    metadata_only asks for PartialObjectMetadata (metadata alone, no spec or status): a
+    fraction of the bytes to send and decode when only names and labels matter."""
     plural, namespaced = KINDS.get(kind, (kind.lower() + "s", True))
     if namespaced and namespace:
         path = object_path(api_version, kind, namespace, None)
@@ -231,7 +238,13 @@ def iter_objects(
     token = ""
     while True:
         try:
-            data = _call("GET", path, query=query + ([("continue", token)] if token else []))
+            raw = _call_raw(
+                "GET",
+                path,
+                query=query + ([("continue", token)] if token else []),
+                accept=METADATA_ACCEPT if metadata_only else "application/json",
+            )
+            data = json.loads(raw) if raw else {}
         except PermanentKubeError as exc:
             # A collection answers an empty list even in a missing namespace: a 404 means the
             # API itself is not served (its CRD is not installed).
@@ -242,6 +255,8 @@ def iter_objects(
             raise
         # Lists omit kind/apiVersion per item; put them back so items can be passed to delete().
         for item in data.get("items") or []:
+            if metadata_only:  # items say PartialObjectMetadata; delete() needs the real kind
+                item["apiVersion"], item["kind"] = api_version, kind
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
             yield item
@@ -268,11 +283,17 @@ def iter_owned(
     namespace: str | None = None,
     selector: str = "",
     page_size: int | None = None,
+    metadata_only: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Objects carrying the portal's managed-by label (plus an optional extra selector), paged."""
     full = L.MANAGED_SELECTOR + (f",{selector}" if selector else "")
     return iter_objects(
-        api_version, kind, namespace=namespace, label_selector=full, page_size=page_size
+        api_version,
+        kind,
+        namespace=namespace,
+        label_selector=full,
+        page_size=page_size,
+        metadata_only=metadata_only,
     )
 
 
