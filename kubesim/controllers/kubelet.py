@@ -22,6 +22,7 @@ import hashlib
 import json
 import traceback
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -108,9 +109,21 @@ class DeviceManager:
         held = self.assigned.get(node, {}).get(device_uuid)
         return held[:3] if held else None
 
-    def allocate(self, node: str, pod: dict) -> dict[str, dict[str, list[str]]]:
+    def allocate(
+        self, node: str, pod: dict, exists: Callable[[str, str, str], bool] | None = None
+    ) -> dict[str, dict[str, list[str]]]:
+        """Pick free devices for the pod's containers.
+
+        Like the real device manager (UpdateAllocatedDevices before Allocate), holdings of pods that
+        are no longer in the API are dropped first: a pod deleted with grace 0 must not block the
+        pod the scheduler bound in its place before its runner got round to releasing.
+        """
         devices = self.cluster.devices(node)
         taken = self.assigned.setdefault(node, {})
+        if exists is not None:
+            for device_uuid, (namespace, name, _container, uid) in list(taken.items()):
+                if not exists(namespace, name, uid):
+                    del taken[device_uuid]
         meta = pod["metadata"]
         plan: dict[str, dict[str, list[str]]] = {}
         claimed: set[str] = set()
@@ -165,6 +178,12 @@ class DeviceManager:
             u for u, h in taken.items() if h[0] == namespace and h[1] == name and h[3] == uid
         ]:
             del taken[device_uuid]
+
+    def release_pod(self, uid: str) -> None:
+        """Free whatever the pod with this uid holds, on any node."""
+        for taken in self.assigned.values():
+            for device_uuid in [u for u, h in taken.items() if h[3] == uid]:
+                del taken[device_uuid]
 
     def pod_resources(self, node: str) -> dict:
         """The node's assignments in the shape of the kubelet pod-resources API v1 List()."""
@@ -533,7 +552,9 @@ class PodRunner:
             except (ValueError, TypeError):
                 self.devices = {}
         try:
-            self.devices = self.kubelet.devices.allocate(self.node, self.pod)
+            self.devices = self.kubelet.devices.allocate(
+                self.node, self.pod, exists=self.kubelet.pod_exists
+            )
         except AdmissionError as exc:
             self.phase = "Failed"
             self.stop_reason = "fail"
@@ -961,6 +982,9 @@ class Kubelet:
         if event_type == "DELETED":
             if runner is not None and runner.task is not None:
                 runner.task.cancel()
+            # Free its devices now, not when the cancelled task gets to run: a pod bound in its
+            # place may be admitted before that.
+            self.devices.release_pod(meta.get("uid") or "")
             self.finished.pop(key, None)
             return
         if runner is not None and runner.uid != meta.get("uid"):
@@ -1004,6 +1028,11 @@ class Kubelet:
             runner.run(), name=f"pod {key[0]}/{key[1]}"
         )
         return runner
+
+    def pod_exists(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether the API still has this pod (same uid)."""
+        pod = self.store.try_get("v1", "Pod", namespace, name)
+        return pod is not None and pod["metadata"].get("uid") == uid
 
     def runner_for(self, namespace: str, name: str) -> PodRunner | None:
         return self.runners.get((namespace, name)) or self.finished.get((namespace, name))

@@ -173,3 +173,36 @@ def test_gang_placement_is_all_or_nothing():
     assert sorted(placement.values()) == ["a", "a", "b", "b"]
     placement, failure = scheduler.place([*pods, dict(_pod(4), metadata={"name": "w4"})], nodes, {})
     assert failure is not None
+
+
+def test_device_manager_frees_a_deleted_pods_gpus_before_admitting_the_next():
+    """A pod bound where a just-deleted pod held all GPUs is admitted (real device manager:
+    UpdateAllocatedDevices before Allocate), while a pod that still exists keeps its GPUs."""
+    from kubesim.cluster import default_cluster
+    from kubesim.controllers.kubelet import AdmissionError, DeviceManager
+
+    def pod(name: str, uid: str) -> dict:
+        return {
+            "metadata": {"namespace": "ns", "name": name, "uid": uid},
+            "spec": {
+                "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]
+            },
+        }
+
+    cluster = default_cluster()
+    node = next(
+        n.name for n in cluster.nodes if n.name.startswith("gpu-h100-") and "mig" not in n.name
+    )
+    devices = DeviceManager(cluster)
+    devices.allocate(node, pod("old", "u1"))
+    living = {"u1"}
+
+    def exists(_namespace: str, _name: str, uid: str) -> bool:
+        return uid in living
+
+    with pytest.raises(AdmissionError, match="Requested: 8, Available: 0"):
+        devices.allocate(node, pod("new", "u2"), exists=exists)
+    living.clear()  # the old pod is deleted from the API
+    plan = devices.allocate(node, pod("new", "u2"), exists=exists)
+    assert len(plan["c"]["nvidia.com/gpu"]) == 8
+    assert {h[1] for h in devices.assigned[node].values()} == {"new"}
