@@ -11,6 +11,7 @@ to a bounded history that watches replay from.
 
 from __future__ import annotations
 
+import datetime
 import re
 import secrets
 import uuid
@@ -974,8 +975,11 @@ class Store:
             new = dict(old)
             new_meta = new["metadata"] = dict(meta)
             if not meta.get("deletionTimestamp") or shorter:
-                # a second delete may only shorten the grace period, as upstream
-                new_meta["deletionTimestamp"] = self.now()
+                # as upstream: the time by which the object should be gone (now + the grace
+                # period); a second delete may only shorten the period
+                new_meta["deletionTimestamp"] = rfc3339(
+                    self.clock.now() + datetime.timedelta(seconds=period)
+                )
                 new_meta["deletionGracePeriodSeconds"] = period
             if finalizers:
                 new_meta["finalizers"] = finalizers

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from kubesim.api.errors import ApiError, bad_request, not_found
-from kubesim.clock import rfc3339
+from kubesim.clock import parse_rfc3339, rfc3339
 from kubesim.cluster import SYSTEM_POD_ANNOTATION, Cluster, node_resources, ready_conditions
 from kubesim.controllers import events, pod_config, shell, storage
 from kubesim.controllers.context import follow
@@ -280,6 +280,7 @@ class PodRunner:
         self.started_at = self.clock.time()
         self.pod_ip = ""
         self.stop = asyncio.Event()
+        self.regrace = asyncio.Event()  # the pod's deletionGracePeriodSeconds may have changed
         self.stop_reason = ""  # "delete" | "fail" | "nodelost" | "deadline"
         self.fail_exit_code = 1
         self.fail_reason = "Error"
@@ -828,28 +829,43 @@ class PodRunner:
         script ignores it (a shell as PID 1 has no handler) and is killed at the end of the grace
         period (137), unless the script ends first. Returns the exit code per running container.
         """
-        meta = self.pod.get("metadata") or {}
-        grace = meta.get("deletionGracePeriodSeconds")
-        if grace is None:
-            grace = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
-        grace = float(grace or 0)
-        now = self.clock.time()
-        exits: dict[str, tuple[float, int]] = {}
-        for group in (self.init_containers, self.containers):
-            for run in group.values():
-                if not run.attempts or run.attempts[-1].finished is not None:
-                    continue
-                attempt = run.attempts[-1]
-                if attempt.timeline.scripted:
-                    remaining = attempt.started + attempt.timeline.duration - now
-                    if remaining < grace:
-                        exits[run.name] = (max(0.0, remaining), attempt.timeline.exit_code)
+        noticed = self.clock.time()
+        while True:
+            # a second delete may shorten the grace period (on_pod wakes us with the new pod)
+            meta = self.pod.get("metadata") or {}
+            grace = meta.get("deletionGracePeriodSeconds")
+            if grace is None:
+                grace = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
+            grace = float(grace or 0)
+            # the period runs from the delete (deletionTimestamp = delete time + grace), not from
+            # when this kubelet noticed it
+            began = noticed
+            if meta.get("deletionTimestamp") and self.stop_reason == "delete":
+                with contextlib.suppress(ValueError):
+                    deadline = parse_rfc3339(meta["deletionTimestamp"]).timestamp()
+                    began = deadline - grace
+            exits: dict[str, tuple[float, int]] = {}
+            for group in (self.init_containers, self.containers):
+                for run in group.values():
+                    if not run.attempts or run.attempts[-1].finished is not None:
+                        continue
+                    attempt = run.attempts[-1]
+                    if attempt.timeline.scripted:
+                        remaining = attempt.started + attempt.timeline.duration - began
+                        if remaining < grace:
+                            exits[run.name] = (max(0.0, remaining), attempt.timeline.exit_code)
+                        else:
+                            exits[run.name] = (grace, 137)
                     else:
-                        exits[run.name] = (grace, 137)
-                else:
-                    exits[run.name] = (min(grace, 2.0), 143)
-        if exits:
-            await self.clock.sleep(max(delay for delay, _ in exits.values()))
+                        exits[run.name] = (min(grace, 2.0), 143)
+            left = began + max((d for d, _ in exits.values()), default=0.0) - self.clock.time()
+            if left <= 0:
+                break
+            self.regrace.clear()
+            try:
+                await asyncio.wait_for(self.regrace.wait(), left / self.clock.speed)
+            except TimeoutError:
+                break
         return {name: code for name, (_, code) in exits.items()}
 
     async def _stopped(self) -> None:
@@ -984,6 +1000,7 @@ class Kubelet:
             if meta.get("deletionTimestamp"):
                 runner.pod = pod
                 runner.request_stop("delete")
+                runner.regrace.set()
             return
         phase = (pod.get("status") or {}).get("phase") or "Pending"
         if phase in ("Succeeded", "Failed"):

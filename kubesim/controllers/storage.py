@@ -1,16 +1,19 @@
 """Persistent volumes, as kube-controller-manager's PV controller and the DefaultStorageClass
 admission plugin handle them, and the volume checks the scheduler and kubelet make:
 
-- a new PVC without `storageClassName` gets the default StorageClass (the one annotated
-  `storageclass.kubernetes.io/is-default-class: "true"`; kubesim starts with `standard`, a
-  simulated provisioner);
+- a new PVC gets `status.phase: Pending`, and without `storageClassName` the default
+  StorageClass (the one annotated `storageclass.kubernetes.io/is-default-class: "true"`; kubesim
+  starts with `standard`, a simulated provisioner) -- also when it names a volume, as upstream;
+- a PVC naming a PV (`spec.volumeName`, static binding, e.g. an NFS export) binds to it when it
+  fits (`volume_mismatch`), else stays Pending with VolumeMismatch ("Cannot bind to requested
+  volume ...") or FailedBinding ("... already bound to a different claim.");
 - a Pending PVC binds to an Available PV of its class whose capacity and access modes fit (the
   smallest), or, with a class whose provisioner kubesim simulates, to a new PV `pvc-<uid>`
   (WaitForFirstConsumer classes wait until a pod using the claim is scheduled); both sides get
   Bound, `spec.volumeName`/`spec.claimRef`, and the ProvisioningSucceeded/FailedBinding events;
 - `claim_problem(pod)`: why a pod cannot be scheduled for its claims (missing, unbound);
-- `mount_problems(pod)`: the volumes a kubelet cannot set up (missing ConfigMap, Secret, claim),
-  worded as the kubelet's FailedMount events.
+- `mount_problems(pod)`: the volumes a kubelet cannot set up (missing ConfigMap, Secret, Secret
+  item key, claim), worded as the kubelet's FailedMount events.
 """
 
 from __future__ import annotations
