@@ -252,4 +252,14 @@ def test_shared_informer_lists_watches_and_relists_after_410(core, namespace, ku
         names = sorted(o.metadata.name for o in informer.cache.list())
         assert names == ["first", "second", "third"]
     finally:
-        informer.stop()
+        # The client's Watch.stop() takes effect at the stream's next event, so stop() would wait
+        # for one (up to the watch's server timeout): stop from a thread and send it an event.
+        stopper = threading.Thread(target=informer.stop, daemon=True)
+        stopper.start()
+        for attempt in range(10):
+            stopper.join(timeout=0.5)
+            if not stopper.is_alive():
+                break
+            core.create_namespaced_config_map(namespace, {"metadata": {"name": f"wake-{attempt}"}})
+        stopper.join(timeout=10)
+        assert not stopper.is_alive(), "the informer did not stop"

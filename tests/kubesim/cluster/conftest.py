@@ -13,7 +13,12 @@ SPEED = 100.0
 @pytest.fixture(scope="session")
 def sim(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("kubesim-cluster")
-    with KubesimProcess(speed=SPEED, workdir=workdir) as server:
+    # Opaque programs (`python train.py`) run until deleted here, not for the default simulated
+    # minute (0.6 s of wall time at speed 100): the tests that look at a running trainer (its
+    # DCGM profile, its graceful deletion) must not race its end on a busy machine.
+    with KubesimProcess(
+        speed=SPEED, workdir=workdir, extra_args=["--default-duration", "360000"]
+    ) as server:
         yield server
 
 
