@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
 
-from jobs import arrays, page_selectors
+from jobs import arrays, form_advanced, page_selectors
 from jobs.array_services import array_submit
 from jobs.feasibility import feasibility
 from jobs.filters import JobListPageFilter
@@ -280,5 +280,17 @@ def _first_element(project, data: dict) -> tuple[dict, str, dict]:
 
 
 def _labelled(form, errors) -> dict[str, list[str]]:
-    """{field label: messages} for the check line (the form shows them by the fields too)."""
-    return {str(form[k].label) if k in form.fields else "": list(v) for k, v in errors.items()}
+    """{field label: messages} for the check line (the form shows them by the fields too); the
+    API's keys (mounts[0].path, env.HF_TOKEN, array) under the form field they belong to."""
+    cleaned = getattr(form, "cleaned_data", {})
+    volumes = list(cleaned.get("volumes") or [])
+    secret_env = set(cleaned.get("secret_env") or {})
+    labelled: dict[str, list[str]] = {}
+    for key, messages_ in errors.items():
+        for message in messages_:
+            field, text = form_advanced.form_field_for(
+                key, str(message), volumes=volumes, secret_env=secret_env
+            )
+            label = str(form[field].label) if field in form.fields else ""
+            labelled.setdefault(label, []).append(text)
+    return labelled

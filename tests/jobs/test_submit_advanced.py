@@ -197,3 +197,11 @@ def test_text_parsers_give_the_api_shape_or_say_which_line():
     ]:
         with pytest.raises(TextError, match="Line 1"):
             parse(text)
+
+
+def test_the_live_check_names_the_form_fields_of_api_errors(personas, data, web_client_for):
+    client = web_client_for(personas.member)
+    text = page_of(client.post("/jobs/new/check/", form_data(volumes=["imagenet", "scratch"])))
+    assert "<strong>Data volumes:</strong> Volume scratch: mounts[0] is already mounted" in text
+    text = page_of(client.post("/jobs/new/check/", form_data(array_count="100000")))
+    assert "<strong>Array: number of copies:</strong> array.count 100000 is over" in text
