@@ -13,6 +13,7 @@ from typing import Any
 
 from django import forms
 
+from jobs import form_advanced
 from jobs.models import Job, JobKind
 from jobs.validation import BACKENDS, DEFAULT_RUNTIME_MINUTES, GANG_MAX, MAX_GPUS_PER_POD, PoolFacts
 
@@ -34,6 +35,18 @@ PRIORITY_LABELS = [
     ("low", "Low: runs when nothing else waits; may be preempted"),
 ]
 IMAGE_EXAMPLE = "nvcr.io/nvidia/pytorch:24.08-py3"
+# Shown folded under "Advanced: data, secrets, sweeps" (issue 12's fields).
+ADVANCED_FIELDS = (
+    "volumes",
+    "shm_size",
+    "termination_grace_seconds",
+    "resume_from",
+    "secret_env",
+    "secret_files",
+    "sweep",
+    "array_count",
+    "parallelism",
+)
 
 
 class SelectWithReasons(forms.Select):
@@ -124,6 +137,60 @@ class JobSubmitForm(forms.Form):
         initial=DEFAULT_RUNTIME_MINUTES,
         help_text="The job is stopped after this long; up to 10080 (7 days).",
     )
+    # --- advanced (issue 12) ---
+    volumes = forms.MultipleChoiceField(
+        label="Data volumes",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Each is mounted at its default path with its access.",
+    )
+    shm_size = forms.CharField(
+        label="/dev/shm size",  # noqa: S108 - a label naming the mount, not a temporary file
+        required=False,
+        max_length=16,
+        help_text="Shared memory, e.g. 8Gi; empty: half the memory, capped by the pool.",
+    )
+    termination_grace_seconds = forms.IntegerField(
+        label="Grace period (seconds)",
+        required=False,
+        min_value=0,
+        help_text="Between SIGTERM and the kill on preemption or cancel; empty: 60.",
+    )
+    resume_from = forms.ChoiceField(
+        label="Resume from",
+        required=False,
+        help_text="Continue in the checkpoint directory of an earlier, finished job.",
+    )
+    secret_env = forms.CharField(
+        label="Environment from credentials",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "HF_TOKEN=hf/token"}),
+    )
+    secret_files = forms.CharField(
+        label="Credential files",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "gcp:/var/run/gcp"}),
+        help_text="One credential:/directory per line: its keys as read-only files there.",
+    )
+    sweep = forms.CharField(
+        label="Parameter sweep",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "lr=0.1,0.01"}),
+        help_text="One name=value1,value2 per line; one job per combination, each with "
+        "SWEEP_<NAME> set (numbers stay numbers).",
+    )
+    array_count = forms.IntegerField(
+        label="Array: number of copies",
+        required=False,
+        min_value=1,
+        help_text="Instead of a sweep: N identical jobs, each with ARRAY_INDEX 0 to N-1.",
+    )
+    parallelism = forms.IntegerField(
+        label="Parallelism",
+        required=False,
+        min_value=1,
+        help_text="With a sweep or an array: at most this many of its jobs at once.",
+    )
 
     def __init__(
         self,
@@ -131,9 +198,13 @@ class JobSubmitForm(forms.Form):
         projects: list = (),  # type: ignore[assignment]
         pools: list = (),  # type: ignore[assignment]
         facts: list[PoolFacts] | None = None,
+        volumes: list | None = None,
+        credentials: list | None = None,
+        resumable: list | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self._advanced_choices(volumes or [], credentials or [], resumable)
         self.fields["project"].choices = [(p.slug, f"{p.name} ({p.slug})") for p in projects]
         facts = facts or []
         quota_pools = {f.slug: f for f in facts}
@@ -159,6 +230,39 @@ class JobSubmitForm(forms.Form):
             if p not in quota_profiles
         }
 
+    def _advanced_choices(self, volumes: list, credentials: list, resumable: list | None) -> None:
+        """Volumes (VolumeFacts), credentials and finished jobs of the selected project;
+        resumable None: the project has no checkpoint volume, so no "resume from"."""
+        self.fields["volumes"].choices = [
+            (
+                v.name,
+                f"{v.name}: {v.default_path}, {'read-only' if v.read_only else 'read-write'}"
+                + (" (checkpoint volume)" if v.is_checkpoint else ""),
+            )
+            for v in volumes
+        ]
+        if not volumes:
+            self.fields["volumes"].help_text = "The project has no data volumes."
+        if resumable is None:
+            del self.fields["resume_from"]
+        else:
+            self.fields["resume_from"].choices = [("", "Start afresh")] + [
+                (str(j.pk), f"{j.name} ({j.pk}, {j.state})") for j in resumable
+            ]
+        keys = [f"{c.name}/{k}" for c in credentials if c.kind == "secret" for k in (c.keys or [])]
+        self.fields["secret_env"].help_text = (
+            "One NAME=credential/key per line; the value is read from the project's credential. "
+            + (f"Choices: {', '.join(keys)}." if keys else "The project has no credentials.")
+        )
+
+    def advanced_fields(self) -> list:
+        return [self[name] for name in ADVANCED_FIELDS if name in self.fields]
+
+    def advanced_open(self) -> bool:
+        """Unfold the advanced fieldset when one of its fields has a value or an error."""
+        source = self.data if self.is_bound else self.initial
+        return any(self[n].errors or source.get(n) for n in ADVANCED_FIELDS if n in self.fields)
+
     def selected_project(self) -> str:
         if self.is_bound:
             return str(self.data.get("project") or "")
@@ -173,7 +277,11 @@ class JobSubmitForm(forms.Form):
 
     def fields_with_kinds(self) -> list[tuple[Any, str]]:
         """(bound field, the kinds it applies to as "single gang" or "") in display order."""
-        return [(self[name], " ".join(KIND_FIELDS.get(name, ()))) for name in self.fields]
+        return [
+            (self[name], " ".join(KIND_FIELDS.get(name, ())))
+            for name in self.fields
+            if name not in ADVANCED_FIELDS
+        ]
 
     def clean_command(self) -> list[str]:
         text = self.cleaned_data.get("command") or ""
@@ -195,7 +303,29 @@ class JobSubmitForm(forms.Form):
             env[name.strip()] = value
         return env
 
+    def _parsed(self, name: str, parse: Any) -> Any:
+        try:
+            return parse(self.cleaned_data.get(name) or "")
+        except form_advanced.TextError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+    def clean_secret_env(self) -> dict:
+        return self._parsed("secret_env", form_advanced.parse_secret_env)
+
+    def clean_secret_files(self) -> list:
+        return self._parsed("secret_files", form_advanced.parse_secret_files)
+
+    def clean_sweep(self) -> dict:
+        return self._parsed("sweep", form_advanced.parse_sweep)
+
     def clean(self) -> dict:
+        both = set(self.cleaned_data.get("env") or {}) & set(
+            self.cleaned_data.get("secret_env") or {}
+        )
+        if both:
+            self.add_error(
+                "secret_env", f"{', '.join(sorted(both))}: also set as a plain value above."
+            )
         # A hidden field (not for this kind) cannot block the submission with its leftovers.
         kind = self.cleaned_data.get("kind")
         for name, kinds in KIND_FIELDS.items():
@@ -207,14 +337,57 @@ class JobSubmitForm(forms.Form):
         """The API request body for the fields that apply to the chosen kind."""
         data = dict(self.cleaned_data)
         data.pop("project", None)
+        advanced = {name: data.pop(name, None) for name in ADVANCED_FIELDS}
         kind = data.get("kind")
         for name, kinds in KIND_FIELDS.items():
             if kind not in kinds:
                 data.pop(name, None)
-        return {k: v for k, v in data.items() if v not in (None, "")} | {
+        body = {k: v for k, v in data.items() if v not in (None, "")} | {
             "command": data.get("command") or [],
-            "env": data.get("env") or {},
+            "env": {**(data.get("env") or {}), **(advanced["secret_env"] or {})},
         }
+        return body | _advanced_request(advanced)
+
+    def add_api_errors(self, errors: dict) -> None:
+        """The API-side validation's errors ({key: [messages]}) next to the matching fields."""
+        volumes = list(self.cleaned_data.get("volumes") or [])
+        secret_env = set(self.cleaned_data.get("secret_env") or {})
+        for key, messages_ in errors.items():
+            for message in messages_:
+                field, text = form_advanced.form_field_for(
+                    key, str(message), volumes=volumes, secret_env=secret_env
+                )
+                self.add_error(field if field in self.fields else None, text)
+
+
+def _advanced_request(advanced: dict[str, Any]) -> dict[str, Any]:
+    """The API fields of the advanced part, only those filled in."""
+    body: dict[str, Any] = {}
+    if advanced["volumes"]:
+        # Path and access left out: the API takes the volume's defaults.
+        body["mounts"] = [{"volume": name} for name in advanced["volumes"]]
+    if advanced["shm_size"]:
+        body["shm_size"] = advanced["shm_size"]
+    if advanced["termination_grace_seconds"] is not None:
+        body["termination_grace_seconds"] = advanced["termination_grace_seconds"]
+    if advanced["resume_from"]:
+        body["resume_from"] = int(advanced["resume_from"])
+    if advanced["secret_files"]:
+        body["secret_files"] = advanced["secret_files"]
+    parallelism = advanced["parallelism"]
+    if advanced["sweep"]:
+        body["sweep"] = advanced["sweep"]
+        if advanced["array_count"] is not None:
+            body["array"] = {"count": advanced["array_count"]}  # the API says: not both
+        if parallelism is not None:
+            body["parallelism"] = parallelism
+    elif advanced["array_count"] is not None:
+        body["array"] = {"count": advanced["array_count"]}
+        if parallelism is not None:
+            body["array"]["parallelism"] = parallelism
+    elif parallelism is not None:
+        body["parallelism"] = parallelism  # alone: the API says what it goes with
+    return body
 
 
 def initial_from_fields(fields: dict[str, Any]) -> dict[str, Any]:
@@ -223,7 +396,22 @@ def initial_from_fields(fields: dict[str, Any]) -> dict[str, Any]:
     if isinstance(initial.get("command"), list):
         initial["command"] = shlex.join(initial["command"])
     if isinstance(initial.get("env"), dict):
-        initial["env"] = "\n".join(f"{k}={v}" for k, v in initial["env"].items())
+        plain, refs = form_advanced.env_reference_text(initial["env"])
+        initial["env"] = "\n".join(f"{k}={v}" for k, v in plain.items())
+        if refs:
+            initial["secret_env"] = refs
+    if isinstance(initial.get("mounts"), list):
+        initial["volumes"] = [m.get("volume") for m in initial.pop("mounts") if isinstance(m, dict)]
+    if isinstance(initial.get("secret_files"), list):
+        files = [f for f in initial["secret_files"] if isinstance(f, dict)]
+        initial["secret_files"] = "\n".join(f"{f.get('secret')}:{f.get('path')}" for f in files)
+    if isinstance(initial.get("sweep"), dict):
+        initial["sweep"] = form_advanced.sweep_text(initial["sweep"])
+    if isinstance(initial.get("array"), dict):
+        array = initial.pop("array")
+        initial["array_count"] = array.get("count")
+        if array.get("parallelism") is not None:
+            initial["parallelism"] = array["parallelism"]
     return initial
 
 
@@ -240,6 +428,10 @@ def fields_of_job(job: Job) -> dict[str, Any]:
         "memory": job.memory,
         "priority": job.priority,
         "max_runtime_minutes": job.max_runtime_minutes,
+        "mounts": [{"volume": m["volume"]} for m in job.mounts or [] if "volume" in m],
+        "shm_size": job.shm_size,
+        "termination_grace_seconds": job.termination_grace_seconds,
+        "secret_files": list(job.secret_files or []),
     }
     if job.kind == JobKind.MIG:
         fields["mig_profile"] = job.mig_profile

@@ -11,11 +11,15 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from credentials.selectors import credentials_of_project
 from jobs.models import Job, JobKind, JobPod, JobTemplate, QueueUsage
-from jobs.states import ACTIVE
+from jobs.states import ACTIVE, TERMINAL
 from quotas.models import GpuPool
 from quotas.selectors import quota_rows_for_projects
 from tenants.models import Project
+from volumes.selectors import checkpoint_volume_of, volume_facts_for_project
+
+RESUMABLE_LIMIT = 50  # the latest finished jobs offered to resume from
 
 
 @dataclass(frozen=True)
@@ -151,3 +155,21 @@ def templates_for_projects(*, projects: list[Project]) -> list[JobTemplate]:
         .select_related("project")
         .order_by("project__slug", "name")
     )
+
+
+def advanced_choices(*, project: Project) -> dict[str, Any]:
+    """The submit form's advanced choices for a project: its volumes, its credentials and, when
+    it has a checkpoint volume, its finished jobs to resume from (None without one)."""
+    volumes = volume_facts_for_project(project=project)
+    resumable = None
+    if checkpoint_volume_of(volumes) is not None:
+        resumable = list(
+            Job.objects.filter(project=project, state__in=TERMINAL)
+            .only("pk", "name", "state")
+            .order_by("-created_at", "-id")[:RESUMABLE_LIMIT]
+        )
+    return {
+        "volumes": sorted(volumes.values(), key=lambda v: v.name),
+        "credentials": credentials_of_project(project_id=project.pk),
+        "resumable": resumable,
+    }

@@ -9,7 +9,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
 
-from jobs import page_selectors
+from jobs import arrays, form_advanced, page_selectors
+from jobs.array_services import array_submit
 from jobs.feasibility import feasibility
 from jobs.filters import JobListPageFilter
 from jobs.forms import JobSubmitForm, SaveTemplateForm, fields_of_job, initial_from_fields
@@ -121,12 +122,14 @@ def _build_form(request, data=None, initial=None):
     slug = form.selected_project()
     project = next((p for p in projects if p.slug == slug), None)
     facts = pool_facts_for_project(project=project) if project else []
+    advanced = page_selectors.advanced_choices(project=project) if project else {}
     form = JobSubmitForm(
         data,
         initial=initial or {},
         projects=projects,
         pools=page_selectors.pool_choices(),
         facts=facts,
+        **advanced,
     )
     return form, projects, project, facts
 
@@ -170,15 +173,20 @@ class JobSubmitView(LoginRequiredMixin, View):
             return self._save_template(request, form, projects)
         if not form.is_valid():
             return _render_submit(request, form, projects, status=400)
+        data = form.request_data()
         try:
+            if arrays.is_array_request(data) or "parallelism" in data:
+                # The same path as the API's: one array of jobs, shown on its own page.
+                array = array_submit(
+                    actor=request.user, project=form.cleaned_data["project"], data=data, source="ui"
+                )
+                messages.success(request, f"Array {array.name} of {array.count} jobs submitted.")
+                return redirect("job-array-detail", pk=array.pk)
             outcome = job_submit(
-                actor=request.user,
-                project=form.cleaned_data["project"],
-                data=form.request_data(),
-                source="ui",
+                actor=request.user, project=form.cleaned_data["project"], data=data, source="ui"
             )
         except ValidationError as exc:
-            _errors_to_form(form, exc.message_dict)
+            form.add_api_errors(exc.message_dict)
             return _render_submit(request, form, projects, status=400)
         messages.success(request, f"Job {outcome.job.name} submitted.")
         for warning in outcome.warnings:
@@ -203,15 +211,10 @@ class JobSubmitView(LoginRequiredMixin, View):
             errors = exc.message_dict
             for message in errors.pop("name", []):
                 save_form.add_error("template_name", message)
-            _errors_to_form(form, {k.removeprefix("fields."): v for k, v in errors.items()})
+            form.add_api_errors({k.removeprefix("fields."): v for k, v in errors.items()})
             return _render_submit(request, form, projects, save_form=save_form, status=400)
         messages.success(request, f"Saved template {template.name} for project {project.slug}.")
         return redirect(f"{request.path}?template={template.pk}")
-
-
-def _errors_to_form(form, errors: dict) -> None:
-    for field, messages_ in errors.items():
-        form.add_error(field if field in form.fields else None, messages_)
 
 
 class JobSubmitCheckView(LoginRequiredMixin, View):
@@ -228,6 +231,11 @@ class JobSubmitCheckView(LoginRequiredMixin, View):
             return render(request, "jobs/partials/submit_check.html", context)
         data = form.request_data()
         kind = data.get("kind", "")
+        if arrays.is_array_request(data) or "parallelism" in data:
+            data, context["array_note"], array_errors = _first_element(project, data)
+            if array_errors:
+                context["errors"] = {**context["errors"], **_labelled(form, array_errors)}
+                valid = False
         # Whether it fits does not depend on the image, command or environment: judge the
         # shape even while those are still being typed.
         shape = {**data, "image": "busybox", "command": [], "env": {}, "name": ""}
@@ -249,6 +257,40 @@ class JobSubmitCheckView(LoginRequiredMixin, View):
         return render(request, "jobs/partials/submit_check.html", context)
 
 
+def _first_element(project, data: dict) -> tuple[dict, str, dict]:
+    """An array request as its first element (what the preview shows), a sentence saying it is
+    an array, and the array's own errors (count, grid, parallelism)."""
+    data = dict(data)
+    spec, errors = arrays.parse_array_request(
+        array=data.pop("array", None),
+        sweep=data.pop("sweep", None),
+        parallelism=data.pop("parallelism", None),
+        limit=project.max_array_elements,
+    )
+    if spec is None or errors:
+        return data, "", errors
+    params = arrays.element_params(spec)[0]
+    data["name"] = arrays.element_name(data.get("name") or "array", 0)
+    data["env"] = {**data.get("env", {}), **arrays.element_env(0, spec.count, params)}
+    note = (
+        f"An array of {spec.count} jobs, at most {spec.parallelism} at once; "
+        "the preview shows its first job."
+    )
+    return data, note, {}
+
+
 def _labelled(form, errors) -> dict[str, list[str]]:
-    """{field label: messages} for the check line (the form shows them by the fields too)."""
-    return {str(form[k].label) if k in form.fields else "": list(v) for k, v in errors.items()}
+    """{field label: messages} for the check line (the form shows them by the fields too); the
+    API's keys (mounts[0].path, env.HF_TOKEN, array) under the form field they belong to."""
+    cleaned = getattr(form, "cleaned_data", {})
+    volumes = list(cleaned.get("volumes") or [])
+    secret_env = set(cleaned.get("secret_env") or {})
+    labelled: dict[str, list[str]] = {}
+    for key, messages_ in errors.items():
+        for message in messages_:
+            field, text = form_advanced.form_field_for(
+                key, str(message), volumes=volumes, secret_env=secret_env
+            )
+            label = str(form[field].label) if field in form.fields else ""
+            labelled.setdefault(label, []).append(text)
+    return labelled

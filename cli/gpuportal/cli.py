@@ -23,6 +23,7 @@ from gpuportal.errors import (
     EXIT_USAGE,
     CliError,
 )
+from gpuportal.job_flags import advanced_fields, parse_secret_env
 from gpuportal.output import echo_table, emit_json, short_time
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
@@ -280,6 +281,8 @@ def build_job_request(
     max_runtime: str | None,
     command: tuple[str, ...],
     template: str | None = None,
+    secret_env: tuple[str, ...] = (),
+    **advanced: Any,
 ) -> dict[str, Any]:
     """The POST /api/v1/jobs/ body for the flags given (the portal does the validation).
 
@@ -313,8 +316,14 @@ def build_job_request(
         "memory": memory,
     }
     body.update({k: v for k, v in optional.items() if v})
-    if env:
-        body["env"] = _parse_env(env)
+    plain = _parse_env(env)
+    refs = parse_secret_env(secret_env)
+    both = sorted(set(plain) & set(refs))
+    if both:
+        raise click.UsageError(f"{', '.join(both)}: given both by --env and by --secret-env.")
+    if plain or refs:
+        body["env"] = {**plain, **refs}
+    body.update(advanced_fields(**advanced))
     if max_runtime:
         try:
             body["max_runtime_minutes"] = parse_minutes(max_runtime)
@@ -345,6 +354,52 @@ def build_job_request(
 @click.option("--cpu", help="CPU per pod, e.g. 8 or 500m.")
 @click.option("--memory", help="Memory per pod, e.g. 64Gi.")
 @click.option("--max-runtime", metavar="DURATION", help="e.g. 90m, 2h, 1d (default: 24h).")
+@click.option(
+    "--mount",
+    multiple=True,
+    metavar="VOLUME[:PATH][:ro|rw]",
+    help="A data volume of the project (repeatable); default: its own path and access.",
+)
+@click.option("--shm-size", metavar="SIZE", help="Shared memory (the /dev/shm mount), e.g. 8Gi.")
+@click.option(
+    "--grace",
+    type=click.IntRange(min=0),
+    metavar="SECONDS",
+    help="Seconds between SIGTERM and the kill on preemption or cancel (default 60).",
+)
+@click.option(
+    "--resume-from",
+    type=click.IntRange(min=1),
+    metavar="JOB_ID",
+    help="Continue in the checkpoint directory of this finished job.",
+)
+@click.option(
+    "--secret-env",
+    multiple=True,
+    metavar="NAME=CREDENTIAL/KEY",
+    help="An env variable read from a project credential (repeatable).",
+)
+@click.option(
+    "--secret-file",
+    multiple=True,
+    metavar="CREDENTIAL:PATH",
+    help="A credential's keys as read-only files in PATH (repeatable).",
+)
+@click.option(
+    "--array", type=click.IntRange(min=1), metavar="N", help="An array of N copies of the job."
+)
+@click.option(
+    "--sweep",
+    multiple=True,
+    metavar="NAME=V1,V2",
+    help="A parameter of a sweep (repeatable); one job per combination, SWEEP_<NAME> set.",
+)
+@click.option(
+    "--parallelism",
+    type=click.IntRange(min=1),
+    metavar="P",
+    help="With --array or --sweep: at most P of its jobs at once.",
+)
 @click.option("--dry-run", is_flag=True, help="Validate and print the manifests; store nothing.")
 @click.option("--wait", "wait_", is_flag=True, help="Block until the job ends; exit 1 if it fails.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -364,14 +419,22 @@ def submit(client: Client, as_json: bool, dry_run: bool, wait_: bool, **flags: A
       gpuportal submit -p vision --image busybox --dry-run -- true
       gpuportal submit -p vision --image busybox --wait --max-runtime 2h -e SEED=1 -- ./run.sh
       gpuportal submit -p vision --template nightly --gpus 2
+      gpuportal submit -p vision --image img --mount imagenet:/data:ro --shm-size 8Gi -- ./train.sh
+      gpuportal submit -p vision --image img --secret-env HF_TOKEN=hf/token -- ./train.sh
+      gpuportal submit -p vision --image img --sweep lr=0.1,0.01 --parallelism 1 -- ./train.sh
     """
     body = build_job_request(**flags)
+    is_array = "array" in body or "sweep" in body
+    if is_array and wait_:
+        raise click.UsageError("--wait takes one job; follow an array with `gpuportal jobs`.")
     if dry_run:
         outcome = client.post("/api/v1/jobs/", body, params={"dry_run": "true"})
         if as_json:
             emit_json(outcome)
         elif outcome.get("valid"):
             click.echo(json.dumps(outcome.get("manifests", []), indent=2))
+        if not as_json:
+            _print_warnings(outcome)
         if not outcome.get("valid"):
             if not as_json:
                 for field, messages in (outcome.get("errors") or {}).items():
@@ -380,6 +443,17 @@ def submit(client: Client, as_json: bool, dry_run: bool, wait_: bool, **flags: A
             sys.exit(EXIT_USAGE)
         return
     job = client.post("/api/v1/jobs/", body)
+    if not as_json:
+        _print_warnings(job)
+    if is_array:
+        if as_json:
+            emit_json(job)
+        else:
+            click.echo(
+                f"Submitted array {job['id']} ({job['name']}) of {job['count']} jobs in "
+                f"project {job['project']}."
+            )
+        return
     if not wait_:
         if as_json:
             emit_json(job)
@@ -392,6 +466,12 @@ def submit(client: Client, as_json: bool, dry_run: bool, wait_: bool, **flags: A
     if as_json:
         emit_json(final[0])
     sys.exit(EXIT_OK if final[0]["state"] == "succeeded" else EXIT_JOB_FAILED)
+
+
+def _print_warnings(answer: dict[str, Any]) -> None:
+    """Advice that did not stop the submission (e.g. a token typed as a plain value)."""
+    for warning in answer.get("warnings") or []:
+        click.echo(f"gpuportal: warning: {warning}", err=True)
 
 
 # --- jobs -----------------------------------------------------------------------------------

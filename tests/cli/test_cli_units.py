@@ -155,3 +155,61 @@ def test_a_template_sends_only_the_flags_given():
 def test_an_image_or_a_template_is_needed():
     with pytest.raises(click.UsageError, match="--template"):
         request(image=None)
+
+
+# --- issue 12's flags -------------------------------------------------------------------------
+
+
+def test_mount_shm_grace_resume_and_credentials_map_to_the_api_fields():
+    body = request(
+        mount=("imagenet", "scratch:/scratch", "models:ro", "ckpt:/ckpt:rw"),
+        shm_size="8Gi",
+        grace=120,
+        resume_from=42,
+        env=("EPOCHS=3",),
+        secret_env=("HF_TOKEN=hf/token",),
+        secret_file=("gcp:/var/run/gcp",),
+    )
+    assert body["mounts"] == [
+        {"volume": "imagenet"},
+        {"volume": "scratch", "path": "/scratch"},
+        {"volume": "models", "read_only": True},
+        {"volume": "ckpt", "path": "/ckpt", "read_only": False},
+    ]
+    assert (body["shm_size"], body["termination_grace_seconds"], body["resume_from"]) == (
+        "8Gi",
+        120,
+        42,
+    )
+    assert body["env"] == {"EPOCHS": "3", "HF_TOKEN": {"secret": "hf", "key": "token"}}
+    assert body["secret_files"] == [{"secret": "gcp", "path": "/var/run/gcp"}]
+    # Flags left out send nothing: the portal's defaults (and a template's fields) apply.
+    assert set(request()) == {"project", "image", "kind", "gpus"}
+
+
+def test_array_and_sweep_with_parallelism():
+    assert request(array=10, parallelism=3)["array"] == {"count": 10, "parallelism": 3}
+    assert request(array=4)["array"] == {"count": 4}
+    sweep = request(sweep=("lr=0.1,1e-3", "opt=adam,sgd", "batch=32,64"), parallelism=2)
+    assert sweep["sweep"] == {"lr": [0.1, 0.001], "opt": ["adam", "sgd"], "batch": [32, 64]}
+    assert sweep["parallelism"] == 2
+    assert "array" not in sweep
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"mount": ("imagenet:/data:ro:x",)}, "is not VOLUME"),
+        ({"mount": (":/data",)}, "is not VOLUME"),
+        ({"secret_env": ("HF_TOKEN=hf",)}, "is not NAME=CREDENTIAL/KEY"),
+        ({"env": ("HF_TOKEN=x",), "secret_env": ("HF_TOKEN=hf/token",)}, "given both"),
+        ({"secret_file": ("/var/run/gcp",)}, "is not CREDENTIAL:PATH"),
+        ({"sweep": ("lr",)}, "is not NAME=V1,V2"),
+        ({"sweep": ("lr=0.1,",)}, "is not NAME=V1,V2"),
+        ({"array": 2, "sweep": ("lr=1,2",)}, "do not go together"),
+        ({"parallelism": 2}, "goes with --array or --sweep"),
+    ],
+)
+def test_malformed_issue_12_flags_are_usage_errors(overrides, message):
+    with pytest.raises(click.UsageError, match=message):
+        request(**overrides)

@@ -321,3 +321,67 @@ def test_submit_from_a_saved_template_with_a_flag_overriding_it(portal, e2e_org)
     missing = gpuportal(portal, "submit", "-p", "alpha", "--template", "nope")
     assert missing.returncode == EXIT_USAGE
     assert "template" in missing.stderr
+
+
+def test_submit_with_a_volume_grace_and_a_sweep_and_warnings_on_stderr(portal, e2e_org):
+    from jobs.models import Job, JobArray
+    from volumes.models import DataVolume
+
+    DataVolume.objects.create(
+        project=e2e_org["alpha"],
+        name="imagenet",
+        kind="existing",
+        claim_name="imagenet-pvc",
+        mount_path="/data",
+        read_only=True,
+    )
+    done = gpuportal(
+        portal,
+        "submit",
+        "-p",
+        "alpha",
+        "--image",
+        IMAGE,
+        "--name",
+        "with-data",
+        "--mount",
+        "imagenet:/imagenet:ro",
+        "--grace",
+        "30",
+        "--shm-size",
+        "1Gi",
+        "-e",
+        "WANDB_API_KEY=abc123",
+        "--",
+        "true",
+    )
+    assert done.returncode == EXIT_OK, done.stderr
+    job = Job.objects.get(name="with-data")
+    assert job.mounts == [
+        {"volume": "imagenet", "claim": "imagenet-pvc", "path": "/imagenet", "read_only": True}
+    ]
+    assert (job.termination_grace_seconds, job.shm_size) == (30, "1Gi")
+    # The plain value that looks like a credential is stored, with advice on stderr.
+    assert "gpuportal: warning: " in done.stderr
+    assert "WANDB_API_KEY" in done.stderr
+
+    sweep = gpuportal(
+        portal,
+        "submit",
+        "-p",
+        "alpha",
+        "--image",
+        IMAGE,
+        "--name",
+        "lr",
+        "--sweep",
+        "lr=0.1,0.01",
+        "--parallelism",
+        "1",
+        "--",
+        "true",
+    )
+    assert sweep.returncode == EXIT_OK, sweep.stderr
+    array = JobArray.objects.get(name="lr")
+    assert sweep.stdout.startswith(f"Submitted array {array.pk} (lr) of 2 jobs")
+    assert (array.count, array.parallelism, array.sweep) == (2, 1, {"lr": [0.1, 0.01]})
