@@ -27,7 +27,7 @@ def _fast_metrics(monkeypatch):
 
 @pytest.fixture
 def console(e2e_org, portal_server, page_for, watcher_factory):  # noqa: F811
-    watcher_factory()
+    watcher_factory(lease_seconds=30)
     sync_quotas_and_wait(e2e_org)
     return e2e_org
 

@@ -58,6 +58,7 @@ def watcher(worker_factory, e2e_kubesim, tmp_path):
         "KUBECONFIG": str(e2e_kubesim.kubeconfig),
         "PYTHONPATH": str(REPO),
         "PORTAL_WATCHER_LEASE_NAME": f"gpu-portal-watcher-{int(time.time() * 1000)}",
+        "PORTAL_WATCHER_LEASE_SECONDS": "30",  # a lone watcher on a busy machine
     }
     process = WatcherProcess(env, tmp_path, "console").start()
     yield process

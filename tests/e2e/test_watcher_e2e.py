@@ -101,8 +101,11 @@ def watcher_factory(worker_factory, e2e_kubesim, tmp_path):
     }
     started: list[WatcherProcess] = []
 
-    def start(identity: str = "w1") -> WatcherProcess:
-        watcher = WatcherProcess(env, tmp_path, identity).start()
+    def start(identity: str = "w1", lease_seconds: float | None = None) -> WatcherProcess:
+        # A longer lease for a lone watcher on a busy machine: a renewal that comes late must
+        # not make it stand by in the middle of a browser test.
+        extra = {"PORTAL_WATCHER_LEASE_SECONDS": str(lease_seconds)} if lease_seconds else {}
+        watcher = WatcherProcess({**env, **extra}, tmp_path, identity).start()
         started.append(watcher)
         return watcher
 
