@@ -22,8 +22,8 @@ from credentials.models import Credential, CredentialKind
 from credentials.validation import validate_kind, validate_name, validate_registry, validate_values
 from portal.kube import apply as kube
 from portal.kube.apply import KubeError, PermanentKubeError
-from tenants.models import Membership, Project, Role
-from tenants.permissions import is_project_admin, is_staff
+from tenants.models import Project
+from tenants.permissions import administered_project, is_project_admin
 
 log = logging.getLogger(__name__)
 # No answer from the cluster, a refusal, or no cluster configured at all.
@@ -35,22 +35,7 @@ class ClusterUnavailable(Exception):
 
 
 def _project_for_admin(actor: Any, project: Project | str) -> Project:
-    """The project if the actor administers it: ValidationError when they cannot see it (as if
-    it did not exist), PermissionDenied when they are a member or viewer."""
-    slug = project if isinstance(project, str) else project.slug
-    found = Project.objects.filter(slug=slug).first()
-    role = None
-    if found is not None and getattr(actor, "is_authenticated", False):
-        role = (
-            Membership.objects.filter(user_id=actor.pk, project=found)
-            .values_list("role", flat=True)
-            .first()
-        )
-    if found is None or (role is None and not is_staff(actor)):
-        raise ValidationError({"project": [f"No project {slug!r} that you belong to."]})
-    if not (is_staff(actor) or role == Role.ADMIN):
-        raise PermissionDenied(f"Only admins of project '{slug}' manage its credentials.")
-    return found
+    return administered_project(actor, project, what="credentials")
 
 
 def _check_admin(actor: Any, credential: Credential) -> None:

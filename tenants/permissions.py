@@ -42,3 +42,23 @@ def can_write(user: Any, project: Project) -> bool:
 
 def can_manage_members(user: Any, project: Project) -> bool:
     return is_project_admin(user, project)
+
+
+def administered_project(actor: Any, project: Project | str, *, what: str) -> Project:
+    """The project if the actor administers it (its admin, or staff), for writes of project
+    settings such as credentials and data volumes.
+
+    ValidationError on `project` when the actor cannot see it (as if it did not exist: another
+    tenant's project is not confirmed), PermissionDenied naming `what` when they see it without
+    being its admin.
+    """
+    from django.core.exceptions import PermissionDenied, ValidationError
+
+    slug = project if isinstance(project, str) else project.slug
+    found = Project.objects.filter(slug=slug).first()
+    role = role_in(actor, found) if found is not None else None
+    if found is None or (role is None and not is_staff(actor)):
+        raise ValidationError({"project": [f"No project {slug!r} that you belong to."]})
+    if not (is_staff(actor) or role == Role.ADMIN):
+        raise PermissionDenied(f"Only admins of project '{slug}' can manage its {what}.")
+    return found

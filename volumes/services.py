@@ -32,8 +32,8 @@ from jobs.mounts import mount_path_error
 from jobs.validation import parse_quantity
 from portal.kube import apply as kube
 from portal.kube.apply import KubeError, PermanentKubeError
-from tenants.models import DNS1123_LABEL, Membership, Project, Role
-from tenants.permissions import is_staff
+from tenants.models import DNS1123_LABEL, Project
+from tenants.permissions import administered_project, is_staff
 from volumes import manifests as vm
 from volumes.models import (
     VOLUME_NAME_MAX,
@@ -57,22 +57,7 @@ class ClusterUnavailable(Exception):
 
 
 def _admin_project(actor: Any, project: Project | str) -> Project:
-    """The project if the actor administers it: ValidationError when they cannot see it (like a
-    missing project), PermissionDenied when they see it without being its admin."""
-    slug = project if isinstance(project, str) else project.slug
-    found = Project.objects.filter(slug=slug).first()
-    role = None
-    if found is not None and getattr(actor, "is_authenticated", False):
-        role = (
-            Membership.objects.filter(user_id=actor.pk, project=found)
-            .values_list("role", flat=True)
-            .first()
-        )
-    if found is None or (role is None and not is_staff(actor)):
-        raise ValidationError({"project": [f"No project {slug!r} that you belong to."]})
-    if not (is_staff(actor) or role == Role.ADMIN):
-        raise PermissionDenied(f"Only admins of project '{slug}' can manage its data volumes.")
-    return found
+    return administered_project(actor, project, what="data volumes")
 
 
 def _size_errors(size: str, limit: StorageClass | None, errors: dict[str, list[str]]) -> None:

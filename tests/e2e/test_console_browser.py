@@ -9,15 +9,13 @@ portal under uvicorn, a Celery worker with beat, Redis and kubesim:
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.asgi_server import session_cookie, start_asgi_server
 from tests.e2e.conftest import E2E_REDIS_URL, screenshot, wait_for
-from tests.e2e.test_watcher_e2e import REPO, WatcherProcess
+from tests.e2e.test_watcher_e2e import watcher_factory  # noqa: F401  (a fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -44,25 +42,9 @@ def clean_cluster(e2e_kubesim, settings):
 
 
 @pytest.fixture
-def watcher(worker_factory, e2e_kubesim, tmp_path):
+def watcher(watcher_factory):  # noqa: F811
     """`manage.py watch_cluster`: it records the pods (node, GPU UUIDs) the cluster page shows."""
-    from django.db import connection
-
-    db = connection.settings_dict
-    user, host, port = db["USER"] or "postgres", db["HOST"] or "127.0.0.1", db["PORT"] or 5432
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{user}@{host}:{port}/{db['NAME']}",
-        "CELERY_BROKER_URL": E2E_REDIS_URL,
-        "PORTAL_PUBSUB_URL": E2E_REDIS_URL,
-        "KUBECONFIG": str(e2e_kubesim.kubeconfig),
-        "PYTHONPATH": str(REPO),
-        "PORTAL_WATCHER_LEASE_NAME": f"gpu-portal-watcher-{int(time.time() * 1000)}",
-        "PORTAL_WATCHER_LEASE_SECONDS": "30",  # a lone watcher on a busy machine
-    }
-    process = WatcherProcess(env, tmp_path, "console").start()
-    yield process
-    process.stop()
+    return watcher_factory("console", lease_seconds=30)
 
 
 @pytest.fixture
