@@ -215,8 +215,9 @@ def test_a_job_moves_through_queued_running_succeeded_with_position_and_explanat
     pool = client.get("/api/v1/pools/h100/").json()
     assert pool["capacity_gpus"] == 24
     assert pool["free_gpus"] == 8
+    # The home page's bar for the pool says it too.
     page = client.get("/").content.decode()
-    assert "In use now" in page
+    assert "16 in use, 16 guaranteed" in page
     assert usage.project.slug == "alpha"
 
     # Cancelling one blocker lets the waiting job run to completion.
