@@ -95,7 +95,7 @@ class LeaderElector:
         except KubeError as exc:
             # A conflict means someone else wrote first; an outage means we cannot prove we
             # still hold it. Either way keep the last renewal time: is_leader runs out on its own.
-            log.info("lease %s/%s: %s", self.namespace, self.name, exc)
+            log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
             return self.is_leader
 
     def release(self) -> None:

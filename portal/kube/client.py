@@ -82,8 +82,9 @@ def settings_key() -> str:
     )
 
 
-def build_api_client() -> PacedApiClient:
-    """A new client from settings: in-cluster config or the kubeconfig file."""
+def build_api_client(*, paced: bool = True) -> PacedApiClient:
+    """A new client from settings: in-cluster config or the kubeconfig file; `paced=False`
+    leaves out the rate limiter."""
     configuration = k8s.Configuration()
     if getattr(settings, "PORTAL_KUBE_IN_CLUSTER", False):
         k8s_config.load_incluster_config(client_configuration=configuration)
@@ -95,7 +96,7 @@ def build_api_client() -> PacedApiClient:
     configuration.connection_pool_maxsize = int(getattr(settings, "PORTAL_KUBE_POOL_SIZE", 8))
     qps = float(getattr(settings, "PORTAL_KUBE_QPS", DEFAULT_QPS))
     burst = int(getattr(settings, "PORTAL_KUBE_BURST", DEFAULT_BURST))
-    bucket = TokenBucket(qps, burst) if qps > 0 else None
+    bucket = TokenBucket(qps, burst) if qps > 0 and paced else None
     return PacedApiClient(configuration=configuration, bucket=bucket)
 
 
@@ -110,7 +111,24 @@ def get_api_client() -> PacedApiClient:
         return _cached[2]
 
 
+_lease_cached: tuple[int, str, PacedApiClient] | None = None
+
+
+def get_lease_client() -> PacedApiClient:
+    """The process's client for leader election, apart from the shared one: a Lease renewal must
+    never queue behind the process's own reads in the rate limiter or the connection pool (as
+    client-go's leader election is usually given a client of its own). Two calls per renewal
+    period, so it needs no pacing."""
+    global _lease_cached
+    key = settings_key()
+    with _lock:
+        if _lease_cached is None or _lease_cached[0] != os.getpid() or _lease_cached[1] != key:
+            _lease_cached = (os.getpid(), key, build_api_client(paced=False))
+        return _lease_cached[2]
+
+
 def reset_api_client() -> None:
-    global _cached
+    global _cached, _lease_cached
     with _lock:
         _cached = None
+        _lease_cached = None

@@ -24,7 +24,7 @@ from portal.kube.apply import (
     classify,
     object_path,
 )
-from portal.kube.client import get_api_client
+from portal.kube.client import get_api_client, get_lease_client
 
 LEASE_API = "coordination.k8s.io/v1"
 
@@ -145,8 +145,10 @@ def micro_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _call_json(method: str, path: str, body: dict | None = None) -> dict[str, Any]:
-    api = get_api_client()
+def _call_json(
+    method: str, path: str, body: dict | None = None, *, lease: bool = False
+) -> dict[str, Any]:
+    api = get_lease_client() if lease else get_api_client()
     try:
         response = api.call_api(
             path,
@@ -165,7 +167,7 @@ def _call_json(method: str, path: str, body: dict | None = None) -> dict[str, An
 
 def get_lease(namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        return _call_json("GET", object_path(LEASE_API, "Lease", namespace, name))
+        return _call_json("GET", object_path(LEASE_API, "Lease", namespace, name), lease=True)
     except PermanentKubeError as exc:
         if exc.status == 404:
             return None
@@ -180,7 +182,7 @@ def create_lease(namespace: str, name: str, spec: dict[str, Any]) -> dict[str, A
         "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
     }
-    return _call_json("POST", object_path(LEASE_API, "Lease", namespace, None), body)
+    return _call_json("POST", object_path(LEASE_API, "Lease", namespace, None), body, lease=True)
 
 
 def update_lease(lease: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
@@ -196,7 +198,8 @@ def update_lease(lease: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
         },
         "spec": spec,
     }
-    return _call_json("PUT", object_path(LEASE_API, "Lease", meta["namespace"], meta["name"]), body)
+    path = object_path(LEASE_API, "Lease", meta["namespace"], meta["name"])
+    return _call_json("PUT", path, body, lease=True)
 
 
 def pod_log(

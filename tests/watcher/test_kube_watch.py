@@ -112,3 +112,24 @@ def test_an_informer_relists_after_410_gone_and_reports_what_it_missed(kube):
         stop.set()
         apply.delete("v1", "ConfigMap", f"{label}-b", ns)
         apply.delete("v1", "ConfigMap", f"{label}-unwatched", ns)
+
+
+def test_a_lease_renewal_does_not_wait_behind_the_process_rate_limit(kube, settings):
+    """The watcher's own reads may use up the process's API budget; its Lease renewals go
+    through a client of their own, so a busy leader does not lose its Lease by queueing."""
+    from jobs.watcher.leader import LeaderElector
+    from portal.kube.client import get_api_client, get_lease_client, reset_api_client
+
+    settings.PORTAL_KUBE_QPS = 0.5  # one request every two seconds for everything else
+    settings.PORTAL_KUBE_BURST = 1
+    reset_api_client()
+    assert get_api_client().bucket is not None
+    assert get_lease_client().bucket is None
+    get_api_client().bucket.acquire()  # the process's budget is spent
+    elector = LeaderElector(
+        namespace="default", name=f"lease-{time.time_ns()}", identity="a", lease_seconds=2
+    )
+    started = time.monotonic()
+    for _ in range(5):
+        assert elector.try_acquire_or_renew() is True
+    assert time.monotonic() - started < 1.5  # ten Lease calls, none paced
