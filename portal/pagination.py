@@ -28,7 +28,7 @@ from django.db import connections
 from django.db.models import Q, QuerySet
 from django.utils.functional import cached_property
 
-DEFAULT_EXACT_COUNT_CAP = 10_000
+DEFAULT_EXACT_COUNT_CAP = 1_000
 
 
 def exact_count_cap() -> int:

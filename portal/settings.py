@@ -261,6 +261,13 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": PORTAL_RESYNC_SECONDS},
     },
 }
+# The small tables the lists join are analysed when they change, even where autovacuum is off.
+PORTAL_ANALYZE_SECONDS = env.float("PORTAL_ANALYZE_SECONDS", default=300.0)
+CELERY_BEAT_SCHEDULE["analyze-small-tables"] = {
+    "task": "portal.tasks.analyze_small_tables",
+    "schedule": celery_schedule(PORTAL_ANALYZE_SECONDS),
+    "options": {"expires": PORTAL_ANALYZE_SECONDS},
+}
 
 # Quota sync safety: a sync that would delete more than this many owned quota objects AND more
 # than this share of them deletes nothing and tells staff (admin: Quota sync status). A second
@@ -280,7 +287,7 @@ PORTAL_KUBE_BURST = env.int("PORTAL_KUBE_BURST", default=40)
 # Items per LIST page (limit/continue): the resync and sweep stream lists in pages of this size.
 PORTAL_KUBE_LIST_PAGE_SIZE = env.int("PORTAL_KUBE_LIST_PAGE_SIZE", default=500)
 # Lists (jobs) count exactly up to this many rows; above it they show the planner's estimate.
-PORTAL_EXACT_COUNT_CAP = env.int("PORTAL_EXACT_COUNT_CAP", default=10_000)
+PORTAL_EXACT_COUNT_CAP = env.int("PORTAL_EXACT_COUNT_CAP", default=1_000)
 # Live status (jobs/watcher): Redis for pub/sub of job changes (channel portal:jobs:<project>);
 # empty = the CELERY_BROKER_URL when it is Redis, else no publishing (pages poll).
 PORTAL_PUBSUB_URL = env.str(

@@ -160,3 +160,29 @@ def test_the_api_lists_query_count_is_the_same_for_one_job_or_many_projects(
     assert {r["project"]: r["env"] for r in rows if r["project"] != "alpha"} == {
         p.slug: {"TOKEN": None} for p in others
     }
+
+
+def test_filters_keep_to_the_job_rows_and_answer_what_they_name(
+    personas, api_client_for, make_job, web_client_for
+):
+    """Every filter narrows without DISTINCT (which sorts every match at a million jobs) and
+    finds jobs by project slug and submitter username; unknown names find nothing."""
+    make_job(name="mine-failed", state="failed", submitter=personas.member)
+    make_job(name="other-running", state="running", submitter=personas.admin)
+    make_job(name="in-beta", state="failed", project=personas.project_b)
+    client = api_client_for(personas.member)
+
+    def names(query: str) -> set[str]:
+        with CaptureQueriesContext(connection) as captured:
+            body = client.get(f"{URL}?{query}").json()
+        assert not [q for q in captured.captured_queries if "DISTINCT" in q["sql"]], query
+        return {row["name"] for row in body["results"]}
+
+    assert names("state=failed") == {"mine-failed"}  # beta is another tenant's
+    assert names("state=failed&state=running") == {"mine-failed", "other-running"}
+    assert names(f"submitter={personas.member.username}") == {"mine-failed"}
+    assert names("project=alpha&state=running") == {"other-running"}
+    assert names("project=beta") == set()
+    assert names("submitter=nobody-by-this-name") == set()
+    page = web_client_for(personas.member).get("/jobs/?state=failed").content.decode()
+    assert "mine-failed" in page and "other-running" not in page
