@@ -94,6 +94,10 @@ def seed():
         for j in range(10):  # everyone in 10 projects
             Membership.objects.create(user=user, project=projects[(i + j) % PROJECTS])
     bench = users[0]
+    # What the beat task does every few minutes (autovacuum may be off on this server).
+    from portal.dbstats import analyze_small_tables
+
+    analyze_small_tables()
     _, token = AuthToken.objects.create(bench)
     session = SessionStore()
     session["_auth_user_id"] = str(bench.pk)
@@ -211,6 +215,9 @@ def requests_to_time(base: str, job_id: int, project: str, deep_cursor: str) -> 
         ("?kind=mig", f"{base}/api/v1/jobs/?kind=mig", "api"),
         ("/jobs/?page=50 (HTML)", f"{base}/jobs/?page=50", "html"),
         ("?cursor= (row 50,000)", f"{base}/api/v1/jobs/?cursor={deep_cursor}", "api"),
+        ("?state=failed&kind=mig", f"{base}/api/v1/jobs/?state=failed&kind=mig", "api"),
+        ("?project=…&kind=gang", f"{base}/api/v1/jobs/?project={project}&kind=gang", "api"),
+        ("/jobs/?kind=mig (HTML)", f"{base}/jobs/?kind=mig", "html"),
     ]
 
 
