@@ -32,6 +32,8 @@ ADMIN_URL = DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
 PROJECTS = 40
 USERS = 50
 CHUNK = 100_000
+# The seeded session is signed with this key: the web server must use the same one.
+SECRET_KEY = "bench-only-secret-key-not-for-production-use-0123456789"
 
 
 def recreate_database() -> None:
@@ -52,13 +54,17 @@ def drop_database() -> None:
 def setup_django() -> None:
     os.environ["DATABASE_URL"] = DATABASE_URL
     os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings"
+    os.environ["SECRET_KEY"] = SECRET_KEY
     os.environ.setdefault("LOG_LEVEL", "WARNING")
+    # The pages are served as in production (DEBUG off): from collected, hashed static files.
+    os.environ["STATIC_ROOT"] = tempfile.mkdtemp(prefix="bench-list-static-")
     import django
 
     django.setup()
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    call_command("collectstatic", interactive=False, verbosity=0)
 
 
 def seed():
@@ -177,7 +183,7 @@ def start_web(port: int, conn_max_age: int, log: Path, code: Path = REPO) -> sub
         "PYTHONPATH": str(code),
         "PYTHONDONTWRITEBYTECODE": "1",  # --baseline may point at a checkout to leave as is
         "DEBUG": "false",
-        "SECRET_KEY": "bench-only-secret-key-not-for-production-use-0123456789",
+        "SECRET_KEY": SECRET_KEY,
         "SECURE_SSL_REDIRECT": "false",
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "LOG_LEVEL": "WARNING",
@@ -269,11 +275,14 @@ def measure(
     for label, url, kind in requests_to_time(base, newest.pk, project, cursor)[:kinds]:
         client = api if kind == "api" else html
         for _ in range(10):  # warm-up: connections, caches
-            client.get(url, timeout=60).raise_for_status()
+            warm = client.get(url, timeout=60, allow_redirects=False)
+            # A redirect would be the login page: then the session was not accepted.
+            if warm.status_code != 200:
+                raise SystemExit(f"{label}: HTTP {warm.status_code} from {url}")
         times = []
         for _ in range(count):
             t0 = time.perf_counter()
-            response = client.get(url, timeout=60)
+            response = client.get(url, timeout=60, allow_redirects=False)
             times.append((time.perf_counter() - t0) * 1000)
             response.raise_for_status()
         body = response.json() if kind == "api" else {}
