@@ -101,6 +101,132 @@ def job_transition(
     return job
 
 
+@dataclass(frozen=True)
+class Move:
+    """One job to move from the state it was read in (`job.state`) to `to`."""
+
+    job: Job
+    to: str
+    reason: str
+    message: str = ""
+
+
+# Rows a bulk write touches per statement (the id lists stay a reasonable size).
+BULK_WRITE_BATCH = 1000
+
+
+def job_transition_many(moves: list[Move], *, source: str) -> list[Job]:
+    """`job_transition` for many jobs at once (the resync's moves): the same compare-and-set on
+    the state each job was read in, in a handful of statements instead of several per job.
+
+    A move the state table forbids, or whose job is no longer in the state read (a reconcile or
+    the watcher moved it meanwhile), is left out: nothing written, no event. Returns the jobs
+    that moved, updated in place; each gets its JobEvent and its live notice after commit.
+    """
+    wanted = {m.job.pk: m for m in moves if can_transition(str(m.job.state), str(m.to))}
+    moved: list[Move] = []
+    for chunk in _chunks(list(wanted), BULK_WRITE_BATCH):
+        moved.extend(_transition_chunk([wanted[pk] for pk in chunk], source=source))
+    return [m.job for m in moved]
+
+
+def _chunks(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _transition_chunk(moves: list[Move], *, source: str) -> list[Move]:
+    now = timezone.now()
+    with transaction.atomic():
+        # Lock the rows (in id order: two bulk passes never deadlock) and keep those still in
+        # the state read; the locks hold until commit, so the UPDATEs below see that state too.
+        current = dict(
+            Job.objects.select_for_update()
+            .filter(pk__in=[m.job.pk for m in moves])
+            .order_by("pk")
+            .values_list("pk", "state")
+        )
+        moved = [m for m in moves if current.get(m.job.pk) == str(m.job.state)]
+        groups: dict[tuple[str, str, str, str], list[int]] = {}
+        for m in moved:
+            key = (str(m.job.state), str(m.to), m.reason[:64], m.message)
+            groups.setdefault(key, []).append(m.job.pk)
+        for (expected, to, reason, message), ids in groups.items():
+            Job.objects.filter(pk__in=ids, state=expected).update(
+                state=to,
+                state_reason=reason,
+                state_message=message,
+                state_changed_at=now,
+                updated_at=now,
+            )
+        JobEvent.objects.bulk_create(
+            [
+                JobEvent(
+                    job_id=m.job.pk,
+                    from_state=str(m.job.state),
+                    to_state=str(m.to),
+                    reason=m.reason[:64],
+                    message=m.message,
+                    source=source,
+                )
+                for m in moved
+            ],
+            batch_size=BULK_WRITE_BATCH,
+        )
+        publish_job_changes([(m.job.pk, m.job.project_id, str(m.to)) for m in moved])
+        arrays = {
+            m.job.array_id for m in moved if str(m.to) in TERMINAL and m.job.array_id is not None
+        }
+        for array_id in sorted(arrays):
+            enqueue_array_reconcile(array_id)  # finished elements free slots of their array
+    for m in moved:
+        job = m.job
+        job.state, job.state_reason, job.state_message = str(m.to), m.reason[:64], m.message
+        job.state_changed_at = now
+    return moved
+
+
+def job_note_status_many(notes: list[tuple[Job, str, str]]) -> int:
+    """`job_note_status` for many jobs: (job, reason, message) each, one UPDATE per distinct
+    text (and only for jobs whose text changed). Returns how many jobs were noted."""
+    groups: dict[tuple[str, str, str], list[Job]] = {}
+    for job, reason, message in notes:
+        if (job.state_reason, job.state_message) != (reason[:64], message):
+            groups.setdefault((str(job.state), reason[:64], message), []).append(job)
+    now = timezone.now()
+    for (state, reason, message), jobs in groups.items():
+        for chunk in _chunks(jobs, BULK_WRITE_BATCH):
+            Job.objects.filter(pk__in=[j.pk for j in chunk], state=state).update(
+                state_reason=reason, state_message=message, updated_at=now
+            )
+        for job in jobs:
+            job.state_reason, job.state_message = reason, message
+    return sum(len(jobs) for jobs in groups.values())
+
+
+def publish_job_changes(changes: list[tuple[int, int, str]]) -> None:
+    """Many `publish_job_change`s (job id, project id, new state) after commit, sent to Redis
+    in one pipeline rather than one round trip each."""
+    if changes:
+        transaction.on_commit(lambda: _publish_many(changes))
+
+
+def _publish_many(changes: list[tuple[int, int, str]]) -> None:
+    from portal import pubsub
+
+    if not pubsub.enabled():
+        return
+    slugs = dict(
+        Project.objects.filter(pk__in={p for _, p, _ in changes}).values_list("pk", "slug")
+    )
+    pubsub.publish_many(
+        [
+            (f"portal:jobs:{slugs[project_id]}", {"job": job_id, "state": state})
+            for job_id, project_id, state in changes
+            if project_id in slugs
+        ]
+    )
+
+
 def publish_job_change(job_id: int, state: str, *, project_slug: str | None = None) -> None:
     """After commit, tell live pages (Redis pub/sub channel portal:jobs:<project slug>) that a
     job changed: {"job": id, "state": state}; state "" means "look it up" (its timeline

@@ -254,11 +254,20 @@ class Store:
         else:
             buckets = sorted(by_ns.items())
         equality = selectors.equality_index(label_reqs) if label_reqs else None
+        entries = None
         if equality is not None:
-            # narrow through the label index: only objects carrying key=value are looked at
             entries = self._labels.get(rtype.store_key, {}).get(equality)
             if not entries:
                 return []
+            in_namespace = (
+                len(buckets[0][1]) if buckets and rtype.namespaced and namespace else None
+            )
+            if in_namespace is not None and in_namespace < len(entries):
+                # One namespace holds fewer objects than the label index has cluster-wide (the
+                # portal's managed-by label is on every job's objects): scan the namespace.
+                entries = None
+        if entries is not None:
+            # narrow through the label index: only objects carrying key=value are looked at
             selected = []
             for ns, name in sorted(entries):
                 if rtype.namespaced and namespace and ns != namespace:
