@@ -187,7 +187,8 @@ def _transition_chunk(moves: list[Move], *, source: str) -> list[Move]:
 
 def job_note_status_many(notes: list[tuple[Job, str, str]]) -> int:
     """`job_note_status` for many jobs: (job, reason, message) each, one UPDATE per distinct
-    text (and only for jobs whose text changed). Returns how many jobs were noted."""
+    text (and only for jobs whose text changed; a job no longer in the state read keeps its
+    text). Returns how many jobs had a new text."""
     groups: dict[tuple[str, str, str], list[Job]] = {}
     for job, reason, message in notes:
         if (job.state_reason, job.state_message) != (reason[:64], message):
