@@ -216,12 +216,14 @@ def one_pass(page_size: int, *, trace: bool):
     return took, counter, counts, peak
 
 
-def measure(label: str, size: int, projects: int, *, before) -> dict:
+def measure(label: str, size: int, projects: int, *, before, memory: bool = True) -> dict:
     """Time a pass (calls counted), then repeat it under tracemalloc for the peak memory."""
     before()
     took, counter, counts, _ = one_pass(size, trace=False)
-    before()
-    _, _, _, peak = one_pass(size, trace=True)
+    peak = 0
+    if memory:
+        before()
+        _, _, _, peak = one_pass(size, trace=True)
     calls = counter.calls
     lists = sum(n for (verb, _), n in calls.items() if verb == "GET")
     by_kind = ", ".join(f"{k} {n}" for (_, k), n in sorted(calls.items()))
@@ -229,7 +231,7 @@ def measure(label: str, size: int, projects: int, *, before) -> dict:
         f"{label:>18} (limit {size:>7}): {took:5.2f} s ({counter.seconds:.2f} s waiting for "
         f"the API server), {sum(calls.values())} API calls ({lists} LIST pages = "
         f"{lists / projects:.2f} per namespace: {by_kind}), peak Python memory "
-        f"{peak / 2**20:.1f} MiB; {counts}",
+        f"{f'{peak / 2**20:.1f} MiB' if memory else 'not measured'}; {counts}",
         flush=True,
     )
     return counts
@@ -240,6 +242,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--projects", type=int, default=100)
     parser.add_argument("--page-size", type=int, default=500)
+    parser.add_argument(
+        "--skip-memory", action="store_true", help="no tracemalloc repeat (profiling runs)"
+    )
     parser.add_argument(
         "--compare-unpaged", action="store_true", help="also run with one unpaged LIST per call"
     )
@@ -272,12 +277,25 @@ def main() -> None:
                 variants.append(("unpaged", 1_000_000))
             for label, size in variants:
                 events = JobEvent.objects.count()
-                counts = measure(f"all-move {label}", size, args.projects, before=reset_to_queued)
+                counts = measure(
+                    f"all-move {label}",
+                    size,
+                    args.projects,
+                    before=reset_to_queued,
+                    memory=not args.skip_memory,
+                )
                 moved = Job.objects.filter(state="running").count()
                 assert counts["moved"] == args.jobs == moved, (counts, moved)
-                # two passes (timed, traced): one event per job that moved, each time
-                assert JobEvent.objects.count() - events == 2 * args.jobs
-                counts = measure(f"steady {label}", size, args.projects, before=lambda: None)
+                # one event per job that moved, in each pass (timed, traced)
+                passes = 1 if args.skip_memory else 2
+                assert JobEvent.objects.count() - events == passes * args.jobs
+                counts = measure(
+                    f"steady {label}",
+                    size,
+                    args.projects,
+                    before=lambda: None,
+                    memory=not args.skip_memory,
+                )
                 assert (counts["moved"], counts["unchanged"]) == (0, args.jobs), counts
             print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
             from django.db import connections

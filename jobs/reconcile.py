@@ -478,13 +478,13 @@ def resync_jobs(*, enqueue: Callable[[int], Any]) -> dict[str, int]:
                 counts["unchanged"] += 1
         # A handful of statements per namespace, not several per job: the moves compare-and-set
         # on the state read, so a job moved meanwhile (a reconcile, the watcher) is left alone.
-        moved = job_transition_many(moves, source=SOURCE)
+        moved = {j.pk for j in job_transition_many(moves, source=SOURCE, reconciled=True)}
         counts["moved"] += len(moved)
         counts["unchanged"] += len(moves) - len(moved)
         if len(moved) < len(moves):
             log.info("resync: %d jobs changed concurrently; skipped", len(moves) - len(moved))
         job_note_status_many(notes)
-        job_record_reconciled([j.pk for j in jobs])
+        job_record_reconciled([j.pk for j in jobs if j.pk not in moved])
     for array_id in sorted(arrays):
         enqueue_array_reconcile(array_id)
     counts["arrays"] = len(arrays)

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
+from psycopg.errors import DeadlockDetected
 
 from jobs import mounts as job_mounts
 from jobs import secret_refs
@@ -115,27 +116,59 @@ class Move:
 BULK_WRITE_BATCH = 1000
 
 
-def job_transition_many(moves: list[Move], *, source: str) -> list[Job]:
+def job_transition_many(moves: list[Move], *, source: str, reconciled: bool = False) -> list[Job]:
     """`job_transition` for many jobs at once (the resync's moves): the same compare-and-set on
     the state each job was read in, in a handful of statements instead of several per job.
 
     A move the state table forbids, or whose job is no longer in the state read (a reconcile or
     the watcher moved it meanwhile), is left out: nothing written, no event. Returns the jobs
     that moved, updated in place; each gets its JobEvent and its live notice after commit.
+    `reconciled` also stamps last_reconciled_at on the jobs moved (the caller just read them
+    in the cluster), saving a second write of each row.
     """
     wanted = {m.job.pk: m for m in moves if can_transition(str(m.job.state), str(m.to))}
     moved: list[Move] = []
     for chunk in _chunks(list(wanted), BULK_WRITE_BATCH):
-        moved.extend(_transition_chunk([wanted[pk] for pk in chunk], source=source))
+        batch = [wanted[pk] for pk in chunk]
+        try:
+            moved.extend(_transition_chunk(batch, source=source, reconciled=reconciled))
+        except OperationalError as exc:
+            if not isinstance(exc.__cause__, DeadlockDetected):
+                raise
+            # Another multi-row writer (an array cancel) locked some of these rows in another
+            # order; nothing of the chunk was written. One job at a time cannot deadlock.
+            log.warning("bulk transition deadlocked; moving %d jobs one by one", len(batch))
+            moved.extend(_transition_each(batch, source=source, reconciled=reconciled))
     return [m.job for m in moved]
+
+
+def _transition_each(moves: list[Move], *, source: str, reconciled: bool) -> list[Move]:
+    moved = []
+    for m in moves:
+        try:
+            job_transition(
+                m.job,
+                to=m.to,
+                expected_from=m.job.state,
+                reason=m.reason,
+                message=m.message,
+                source=source,
+            )
+        except InvalidTransition:
+            continue  # moved meanwhile: left alone, as in the bulk path
+        moved.append(m)
+    if reconciled and moved:
+        job_record_reconciled([m.job.pk for m in moved])
+    return moved
 
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def _transition_chunk(moves: list[Move], *, source: str) -> list[Move]:
+def _transition_chunk(moves: list[Move], *, source: str, reconciled: bool) -> list[Move]:
     now = timezone.now()
+    stamp = {"last_reconciled_at": now} if reconciled else {}
     with transaction.atomic():
         # Lock the rows (in id order: two bulk passes never deadlock) and keep those still in
         # the state read; the locks hold until commit, so the UPDATEs below see that state too.
@@ -157,6 +190,7 @@ def _transition_chunk(moves: list[Move], *, source: str) -> list[Move]:
                 state_message=message,
                 state_changed_at=now,
                 updated_at=now,
+                **stamp,
             )
         JobEvent.objects.bulk_create(
             [

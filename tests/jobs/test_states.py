@@ -283,3 +283,39 @@ def test_bulk_status_notes_write_only_changed_texts_of_jobs_still_in_that_state(
     assert Job.objects.get(pk=same.pk).updated_at == before
     assert Job.objects.get(pk=changed.pk).state_message == "1/1 pods ready"
     assert Job.objects.get(pk=moved_on.pk).state_reason == "Completed"  # not its state's text
+
+
+@pytest.mark.django_db
+def test_a_deadlocked_bulk_transition_falls_back_to_one_job_at_a_time(make_job, monkeypatch):
+    """Postgres chose the bulk move as a deadlock victim (another multi-row writer locked the
+    rows in another order): nothing of it was written, so the jobs move one by one instead,
+    still compare-and-set and stamped reconciled."""
+    from django.db import OperationalError
+    from psycopg.errors import DeadlockDetected
+
+    from jobs import services
+    from jobs.models import Job, JobEvent
+
+    def deadlocked(moves, **kwargs):
+        try:
+            raise DeadlockDetected("deadlock detected")
+        except DeadlockDetected as cause:
+            raise OperationalError("deadlock detected") from cause
+
+    monkeypatch.setattr(services, "_transition_chunk", deadlocked)
+    jobs = [make_job(state="queued") for _ in range(2)]
+    raced = Job.objects.get(pk=jobs[1].pk)
+    Job.objects.filter(pk=jobs[1].pk).update(state="running")
+
+    moved = services.job_transition_many(
+        [services.Move(jobs[0], "admitted", "PodsStarting"), services.Move(raced, "admitted", "x")],
+        source="reconciler",
+        reconciled=True,
+    )
+
+    assert [j.pk for j in moved] == [jobs[0].pk]
+    stored = Job.objects.get(pk=jobs[0].pk)
+    assert stored.state == "admitted"
+    assert stored.last_reconciled_at is not None
+    assert Job.objects.get(pk=jobs[1].pk).state == "running"
+    assert list(JobEvent.objects.values_list("job_id", flat=True)) == [jobs[0].pk]
