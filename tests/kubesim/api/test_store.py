@@ -236,3 +236,25 @@ def test_a_label_selected_namespace_list_sees_that_namespace_alone_in_key_order(
         ("big", "big-3"),
     ]
     assert len(names(None, "owner=portal")) == 8
+
+
+def test_label_index_pages_see_objects_labelled_between_pages(store):
+    """The sorted label index a paged list reuses is dropped when labels change."""
+    rtype = store.registry.by_kind("v1", "ConfigMap")
+    reqs = selectors.to_requirements("owner=portal")
+    for name in ("a", "c"):
+        cm = _cm(name)
+        cm["metadata"]["labels"] = {"owner": "portal"}
+        store.create(cm)
+
+    def page(start_after=None):
+        picked = store.select(rtype, None, reqs, start_after=start_after, limit=1)
+        return [o["metadata"]["name"] for o in picked]
+
+    assert page() == ["a"]
+    late = _cm("b")
+    late["metadata"]["labels"] = {"owner": "portal"}
+    store.create(late)
+    assert page(("default", "a")) == ["b"]
+    store.delete("v1", "ConfigMap", "default", "c")
+    assert page(("default", "b")) == []
