@@ -1,13 +1,21 @@
 """Benchmark: one resync pass over 10,000 active jobs in 100 project namespaces.
 
 Seeds its own database (gp_bench_resync, dropped afterwards) with P projects and N applied,
-queued jobs, creates each job's batch Job in kubesim (API only, CRDs loaded) over HTTP, then
-runs `jobs.reconcile.resync_jobs` (the periodic task's body, the sweep included) in this
-process and prints its duration, the API calls it made (LISTs per namespace), what it decided,
-and its peak Python memory (tracemalloc, a second pass) for the paged lists (500 a page) and,
-for comparison, with one unpaged LIST per call (--page-size 0 skips that comparison).
+queued jobs, creates each job's batch Job in kubesim (API only, CRDs loaded) over HTTP and sets
+its status to one running pod, then runs `jobs.reconcile.resync_jobs` (the periodic task's body,
+the sweep included) in this process, twice:
+
+- all-move: every job is Queued in the portal and Running in the cluster, so each of the N jobs
+  moves (a compare-and-set write and a timeline event each): the worst case;
+- steady: the next pass, nothing changed.
+
+For each it prints the duration, the API calls made (LIST pages per namespace), what it decided,
+and its peak Python memory (tracemalloc, measured in a repeat of the same pass), with lists paged
+(500 a page); --compare-unpaged adds the same passes with one unpaged LIST per call.
+Set PORTAL_PUBSUB_URL to include the live notices (Redis pub/sub) of the moves.
 
     .venv/bin/python bench/resync_scale.py [--jobs 10000] [--projects 100] [--page-size 500]
+        [--compare-unpaged]
 """
 
 import argparse
@@ -99,6 +107,7 @@ def seed(projects: int, jobs: int):
 
 
 def create_cluster_objects(ks) -> float:
+    """Each job's batch Job, unsuspended and reporting one ready pod: Running to the resync."""
     from bench.kubesim_api import bulk_create
     from jobs.models import Job
     from jobs.selectors import job_manifests
@@ -106,11 +115,58 @@ def create_cluster_objects(ks) -> float:
     by_namespace = collections.defaultdict(list)
     for job in Job.objects.select_related("project", "pool").iterator(chunk_size=2000):
         (manifest,) = job_manifests(job)
+        manifest["spec"]["suspend"] = False
         by_namespace[job.project.namespace].append(manifest)
     took = 0.0
     for namespace, bodies in by_namespace.items():
-        took += bulk_create(ks, f"/apis/batch/v1/namespaces/{namespace}/jobs", bodies)
+        path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+        took += bulk_create(ks, path, bodies)
+        names = [b["metadata"]["name"] for b in bodies]
+        took += bulk_patch(ks, [f"{path}/{name}/status" for name in names], RUNNING_STATUS)
     return took
+
+
+RUNNING_STATUS = {"status": {"active": 1, "ready": 1}}
+
+
+def bulk_patch(ks, paths: list[str], patch: dict, concurrency: int = 16) -> float:
+    """Merge-patch many objects (here: their status subresource) over raw HTTPS; seconds."""
+    import asyncio
+    import ssl
+
+    import aiohttp
+    import orjson
+
+    async def run() -> None:
+        context = ssl.create_default_context(cafile=str(ks.ca_file))
+        headers = {
+            "Authorization": f"Bearer {ks.token}",
+            "Content-Type": "application/merge-patch+json",
+        }
+        iterator = iter(paths)
+        body = orjson.dumps(patch)
+        connector = aiohttp.TCPConnector(limit=concurrency, ssl=context)
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def worker() -> None:
+                for path in iterator:
+                    async with session.patch(ks.url + path, data=body, headers=headers) as r:
+                        if r.status != 200:
+                            raise RuntimeError(f"patch answered {r.status}: {await r.text()}")
+                        await r.read()
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+    started = time.perf_counter()
+    asyncio.run(run())
+    return time.perf_counter() - started
+
+
+def reset_to_queued() -> None:
+    """Put every job back to Queued (as seeded), so the next pass moves them all again."""
+    from jobs.models import Job
+
+    Job.objects.update(state="queued", state_reason="", state_message="")
 
 
 class CallCounter:
@@ -160,11 +216,38 @@ def one_pass(page_size: int, *, trace: bool):
     return took, counter, counts, peak
 
 
+def measure(label: str, size: int, projects: int, *, before, memory: bool = True) -> dict:
+    """Time a pass (calls counted), then repeat it under tracemalloc for the peak memory."""
+    before()
+    took, counter, counts, _ = one_pass(size, trace=False)
+    peak = 0
+    if memory:
+        before()
+        _, _, _, peak = one_pass(size, trace=True)
+    calls = counter.calls
+    lists = sum(n for (verb, _), n in calls.items() if verb == "GET")
+    by_kind = ", ".join(f"{k} {n}" for (_, k), n in sorted(calls.items()))
+    print(
+        f"{label:>18} (limit {size:>7}): {took:5.2f} s ({counter.seconds:.2f} s waiting for "
+        f"the API server), {sum(calls.values())} API calls ({lists} LIST pages = "
+        f"{lists / projects:.2f} per namespace: {by_kind}), peak Python memory "
+        f"{f'{peak / 2**20:.1f} MiB' if memory else 'not measured'}; {counts}",
+        flush=True,
+    )
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--projects", type=int, default=100)
     parser.add_argument("--page-size", type=int, default=500)
+    parser.add_argument(
+        "--skip-memory", action="store_true", help="no tracemalloc repeat (profiling runs)"
+    )
+    parser.add_argument(
+        "--compare-unpaged", action="store_true", help="also run with one unpaged LIST per call"
+    )
     args = parser.parse_args()
 
     from kubesim.testing import KubesimProcess
@@ -175,6 +258,9 @@ def main() -> None:
     try:
         with KubesimProcess(no_cluster=True, workdir=workdir / "ks") as ks:
             setup_django(ks.kubeconfig)
+            from django.conf import settings
+
+            from jobs.models import Job, JobEvent
             from quotas.sync import sync_quota_objects
 
             seed(args.projects, args.jobs)
@@ -182,25 +268,36 @@ def main() -> None:
             created = create_cluster_objects(ks)
             print(
                 f"{args.jobs:,} queued jobs in {args.projects} namespaces; their batch Jobs "
-                f"created in kubesim in {created:.1f} s",
+                f"created in kubesim, each reporting a running pod, in {created:.1f} s; live "
+                f"notices {'on' if settings.PORTAL_PUBSUB_URL else 'off'}",
                 flush=True,
             )
             variants = [("paged", args.page_size)]
-            if args.page_size:
+            if args.compare_unpaged:
                 variants.append(("unpaged", 1_000_000))
             for label, size in variants:
-                took, counter, counts, _ = one_pass(size, trace=False)
-                _, _, _, peak = one_pass(size, trace=True)
-                calls = counter.calls
-                lists = sum(n for (verb, _), n in calls.items() if verb == "GET")
-                by_kind = ", ".join(f"{k} {n}" for (_, k), n in sorted(calls.items()))
-                print(
-                    f"{label:>8} (limit {size:>7}): {took:5.2f} s ({counter.seconds:.2f} s waiting "
-                    f"for the API server), {sum(calls.values())} API calls ({lists} LIST pages "
-                    f"= {lists / args.projects:.2f} per namespace: {by_kind}), peak Python "
-                    f"memory {peak / 2**20:.1f} MiB; {counts}",
-                    flush=True,
+                events = JobEvent.objects.count()
+                counts = measure(
+                    f"all-move {label}",
+                    size,
+                    args.projects,
+                    before=reset_to_queued,
+                    memory=not args.skip_memory,
                 )
+                moved = Job.objects.filter(state="running").count()
+                assert counts["moved"] == args.jobs == moved, (counts, moved)
+                # one event per job that moved, in each pass (timed, traced)
+                passes = 1 if args.skip_memory else 2
+                assert JobEvent.objects.count() - events == passes * args.jobs
+                counts = measure(
+                    f"steady {label}",
+                    size,
+                    args.projects,
+                    before=lambda: None,
+                    memory=not args.skip_memory,
+                )
+                assert (counts["moved"], counts["unchanged"]) == (0, args.jobs), counts
+            print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
             from django.db import connections
 
             connections.close_all()

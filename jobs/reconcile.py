@@ -29,17 +29,20 @@ from jobs.redact import redact_text
 from jobs.selectors import job_manifests, jobs_to_resync, projects_to_resync
 from jobs.services import (
     InvalidTransition,
+    Move,
     enqueue_array_reconcile,
     job_explain_blocked,
     job_mark_cleaned,
     job_note_status,
+    job_note_status_many,
     job_record_applied,
     job_record_event,
     job_record_logs,
     job_record_reconciled,
     job_transition,
+    job_transition_many,
 )
-from jobs.states import JobState, can_transition
+from jobs.states import TERMINAL, JobState, can_transition
 from jobs.status import ClusterSnapshot, StatusReading, map_cluster_status
 from portal.kube import apply as kube
 from portal.kube import discovery
@@ -65,6 +68,21 @@ JOB_OBJECT_KINDS = (
 LOG_PODS = 3
 LOG_LINES = 20
 LOG_CHARS = 8000
+# What the resync reads of each live job (whole rows, JSON fields and all, cost more to load
+# than the rest of a steady pass).
+RESYNC_FIELDS = (
+    "id",
+    "project_id",
+    "state",
+    "state_reason",
+    "state_message",
+    "backend",
+    "kind",
+    "replicas",
+    "applied_at",
+    "array_id",
+    "cleanup_pending",
+)
 
 
 def retention_seconds() -> float:
@@ -419,7 +437,7 @@ def resync_jobs(*, enqueue: Callable[[int], Any]) -> dict[str, int]:
     # every live job of the cluster.
     for project_id, namespace in projects_to_resync():
         jobs = []
-        for job in jobs_to_resync().filter(project_id=project_id).select_related("project", "pool"):
+        for job in jobs_to_resync().filter(project_id=project_id).only(*RESYNC_FIELDS):
             if job.applied_at is None and job.array_id is not None and not job.cleanup_pending:
                 arrays.add(job.array_id)  # held elements: one pass per array applies them
                 continue
@@ -436,18 +454,37 @@ def resync_jobs(*, enqueue: Callable[[int], Any]) -> dict[str, int]:
             log.warning("resync: cannot read namespace %s: %s", namespace, exc)
             counts["skipped"] += len(jobs)
             continue
+        moves: list[Move] = []
+        notes: list[tuple[Job, str, str]] = []
         for job in jobs:
             reading = map_cluster_status(snapshots[job.pk])
             if reading.missing or reading.state == JobState.FAILED:
                 enqueue(job.pk)
                 counts["enqueued"] += 1
-            elif reading.state is None or reading.state == job.state:
-                _move(job, reading)
+            elif reading.state is None:
                 counts["unchanged"] += 1
+            elif reading.state == job.state:
+                notes.append((job, reading.reason, reading.message))
+                counts["unchanged"] += 1
+            elif can_transition(job.state, reading.state):
+                moves.append(Move(job, reading.state, reading.reason, reading.message))
             else:
-                _move(job, reading)
-                counts["moved"] += 1
-        job_record_reconciled([j.pk for j in jobs])
+                log.info(
+                    "job %s: cluster says %s, portal has %s; ignored",
+                    job.pk,
+                    reading.state,
+                    job.state,
+                )
+                counts["unchanged"] += 1
+        # A handful of statements per namespace, not several per job: the moves compare-and-set
+        # on the state read, so a job moved meanwhile (a reconcile, the watcher) is left alone.
+        moved = {j.pk for j in job_transition_many(moves, source=SOURCE, reconciled=True)}
+        counts["moved"] += len(moved)
+        counts["unchanged"] += len(moves) - len(moved)
+        if len(moved) < len(moves):
+            log.info("resync: %d jobs changed concurrently; skipped", len(moves) - len(moved))
+        job_note_status_many(notes)
+        job_record_reconciled([j.pk for j in jobs if j.pk not in moved])
     for array_id in sorted(arrays):
         enqueue_array_reconcile(array_id)
     counts["arrays"] = len(arrays)
@@ -528,15 +565,25 @@ def _sweep_found(
     counts: dict[str, int],
 ) -> None:
     """Delete what no live job wants among one page of listed objects (by job id, namespace)."""
-    jobs = {
-        j.pk: j
-        for j in Job.objects.select_related("project").filter(
+    # Tuples first: nearly every listed object belongs to a live job that keeps it, and loading
+    # whole Job rows for a page of 500 cost more than the page itself.
+    rows = {
+        pk: (ns, state, cleanup_pending, changed_at)
+        for pk, ns, state, cleanup_pending, changed_at in Job.objects.filter(
             pk__in={job_id for job_id, _ in found}
-        )
+        ).values_list("pk", "project__namespace", "state", "cleanup_pending", "state_changed_at")
     }
+    # Then whole rows only for the jobs whose objects may go.
+    candidates = [
+        pk
+        for pk, (_, state, cleanup_pending, changed_at) in rows.items()
+        if (state == JobState.CANCELLED and not cleanup_pending)
+        or (state in TERMINAL and changed_at <= cutoff)
+    ]
+    jobs = Job.objects.select_related("project").in_bulk(candidates) if candidates else {}
     for (job_id, namespace), objects in sorted(found.items()):
-        job = jobs.get(job_id)
-        if job is None or job.project.namespace != namespace:
+        row = rows.get(job_id)
+        if row is None or row[0] != namespace:
             if job_id > highest:
                 log.warning(
                     "sweep: %s in %s is labelled for job %s, newer than any job here; left alone",
@@ -547,6 +594,9 @@ def _sweep_found(
                 continue
             counts["swept"] += _delete_unknown(job_id, namespace, objects)
             continue
+        job = jobs.get(job_id)
+        if job is None:
+            continue  # live, or finished within the retention: its objects stay
         if job.state == JobState.CANCELLED and job.cleanup_pending:
             continue  # its reconcile is deleting them (the resync enqueued it above)
         if job.state == JobState.CANCELLED:

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
+from psycopg.errors import DeadlockDetected
 
 from jobs import mounts as job_mounts
 from jobs import secret_refs
@@ -99,6 +100,166 @@ def job_transition(
         now,
     )
     return job
+
+
+@dataclass(frozen=True)
+class Move:
+    """One job to move from the state it was read in (`job.state`) to `to`."""
+
+    job: Job
+    to: str
+    reason: str
+    message: str = ""
+
+
+# Rows a bulk write touches per statement (the id lists stay a reasonable size).
+BULK_WRITE_BATCH = 1000
+
+
+def job_transition_many(moves: list[Move], *, source: str, reconciled: bool = False) -> list[Job]:
+    """`job_transition` for many jobs at once (the resync's moves): the same compare-and-set on
+    the state each job was read in, in a handful of statements instead of several per job.
+
+    A move the state table forbids, or whose job is no longer in the state read (a reconcile or
+    the watcher moved it meanwhile), is left out: nothing written, no event. Returns the jobs
+    that moved, updated in place; each gets its JobEvent and its live notice after commit.
+    `reconciled` also stamps last_reconciled_at on the jobs moved (the caller just read them
+    in the cluster), saving a second write of each row.
+    """
+    wanted = {m.job.pk: m for m in moves if can_transition(str(m.job.state), str(m.to))}
+    moved: list[Move] = []
+    for chunk in _chunks(list(wanted), BULK_WRITE_BATCH):
+        batch = [wanted[pk] for pk in chunk]
+        try:
+            moved.extend(_transition_chunk(batch, source=source, reconciled=reconciled))
+        except OperationalError as exc:
+            if not isinstance(exc.__cause__, DeadlockDetected):
+                raise
+            # Another multi-row writer (an array cancel) locked some of these rows in another
+            # order; nothing of the chunk was written. One job at a time cannot deadlock.
+            log.warning("bulk transition deadlocked; moving %d jobs one by one", len(batch))
+            moved.extend(_transition_each(batch, source=source, reconciled=reconciled))
+    return [m.job for m in moved]
+
+
+def _transition_each(moves: list[Move], *, source: str, reconciled: bool) -> list[Move]:
+    moved = []
+    for m in moves:
+        try:
+            job_transition(
+                m.job,
+                to=m.to,
+                expected_from=m.job.state,
+                reason=m.reason,
+                message=m.message,
+                source=source,
+            )
+        except InvalidTransition:
+            continue  # moved meanwhile: left alone, as in the bulk path
+        moved.append(m)
+    if reconciled and moved:
+        job_record_reconciled([m.job.pk for m in moved])
+    return moved
+
+
+def _chunks(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _transition_chunk(moves: list[Move], *, source: str, reconciled: bool) -> list[Move]:
+    now = timezone.now()
+    stamp = {"last_reconciled_at": now} if reconciled else {}
+    with transaction.atomic():
+        # Lock the rows (in id order: two bulk passes never deadlock) and keep those still in
+        # the state read; the locks hold until commit, so the UPDATEs below see that state too.
+        current = dict(
+            Job.objects.select_for_update()
+            .filter(pk__in=[m.job.pk for m in moves])
+            .order_by("pk")
+            .values_list("pk", "state")
+        )
+        moved = [m for m in moves if current.get(m.job.pk) == str(m.job.state)]
+        groups: dict[tuple[str, str, str, str], list[int]] = {}
+        for m in moved:
+            key = (str(m.job.state), str(m.to), m.reason[:64], m.message)
+            groups.setdefault(key, []).append(m.job.pk)
+        for (expected, to, reason, message), ids in groups.items():
+            Job.objects.filter(pk__in=ids, state=expected).update(
+                state=to,
+                state_reason=reason,
+                state_message=message,
+                state_changed_at=now,
+                updated_at=now,
+                **stamp,
+            )
+        JobEvent.objects.bulk_create(
+            [
+                JobEvent(
+                    job_id=m.job.pk,
+                    from_state=str(m.job.state),
+                    to_state=str(m.to),
+                    reason=m.reason[:64],
+                    message=m.message,
+                    source=source,
+                )
+                for m in moved
+            ],
+            batch_size=BULK_WRITE_BATCH,
+        )
+        publish_job_changes([(m.job.pk, m.job.project_id, str(m.to)) for m in moved])
+        arrays = {
+            m.job.array_id for m in moved if str(m.to) in TERMINAL and m.job.array_id is not None
+        }
+        for array_id in sorted(arrays):
+            enqueue_array_reconcile(array_id)  # finished elements free slots of their array
+    for m in moved:
+        job = m.job
+        job.state, job.state_reason, job.state_message = str(m.to), m.reason[:64], m.message
+        job.state_changed_at = now
+    return moved
+
+
+def job_note_status_many(notes: list[tuple[Job, str, str]]) -> int:
+    """`job_note_status` for many jobs: (job, reason, message) each, one UPDATE per distinct
+    text (and only for jobs whose text changed; a job no longer in the state read keeps its
+    text). Returns how many jobs had a new text."""
+    groups: dict[tuple[str, str, str], list[Job]] = {}
+    for job, reason, message in notes:
+        if (job.state_reason, job.state_message) != (reason[:64], message):
+            groups.setdefault((str(job.state), reason[:64], message), []).append(job)
+    now = timezone.now()
+    for (state, reason, message), jobs in groups.items():
+        for chunk in _chunks(jobs, BULK_WRITE_BATCH):
+            Job.objects.filter(pk__in=[j.pk for j in chunk], state=state).update(
+                state_reason=reason, state_message=message, updated_at=now
+            )
+        for job in jobs:
+            job.state_reason, job.state_message = reason, message
+    return sum(len(jobs) for jobs in groups.values())
+
+
+def publish_job_changes(changes: list[tuple[int, int, str]]) -> None:
+    """Many `publish_job_change`s (job id, project id, new state) after commit, sent to Redis
+    in one pipeline rather than one round trip each."""
+    if changes:
+        transaction.on_commit(lambda: _publish_many(changes))
+
+
+def _publish_many(changes: list[tuple[int, int, str]]) -> None:
+    from portal import pubsub
+
+    if not pubsub.enabled():
+        return
+    slugs = dict(
+        Project.objects.filter(pk__in={p for _, p, _ in changes}).values_list("pk", "slug")
+    )
+    pubsub.publish_many(
+        [
+            (f"portal:jobs:{slugs[project_id]}", {"job": job_id, "state": state})
+            for job_id, project_id, state in changes
+            if project_id in slugs
+        ]
+    )
 
 
 def publish_job_change(job_id: int, state: str, *, project_slug: str | None = None) -> None:

@@ -46,6 +46,22 @@ def publish(channel: str, message: dict[str, Any]) -> bool:
         return False
 
 
+def publish_many(messages: list[tuple[str, dict[str, Any]]]) -> bool:
+    """Publish (channel, message) pairs in one pipeline (one round trip, not one each)."""
+    client = _redis()
+    if client is None or not messages:
+        return False
+    try:
+        pipe = client.pipeline(transaction=False)
+        for channel, message in messages:
+            pipe.publish(channel, json.dumps(message, separators=(",", ":")))
+        pipe.execute()
+        return True
+    except Exception:  # as publish(): liveness is not worth failing a write
+        log.warning("could not publish %d notices", len(messages), exc_info=True)
+        return False
+
+
 def redis_client():
     """The shared Redis client for pub/sub and the metrics store, or None when not configured."""
     return _redis()

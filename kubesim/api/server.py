@@ -538,10 +538,18 @@ class KubeServer:
                     "continue key is not valid: incorrect encoded start "
                     "resourceVersion (version meta.k8s.io/v1)"
                 ) from None
-        items = self.store.select(
-            req.rtype, req.namespace, label_reqs, field_reqs, start_after=start_after
-        )
         limit = _int_param(query, "limit") or 0
+        # With a selector the API server does not count what the later pages hold (it leaves
+        # remainingItemCount unset), so a page stops at limit + 1 matches (+1: "is there more").
+        selected = bool(label_reqs or field_reqs)
+        items = self.store.select(
+            req.rtype,
+            req.namespace,
+            label_reqs,
+            field_reqs,
+            start_after=start_after,
+            limit=limit + 1 if limit > 0 and selected else None,
+        )
         meta: dict = {"resourceVersion": str(current)}
         if limit > 0 and len(items) > limit:
             remaining = len(items) - limit
@@ -560,7 +568,8 @@ class KubeServer:
                 .decode()
                 .rstrip("=")
             )
-            meta["remainingItemCount"] = remaining
+            if not selected:
+                meta["remainingItemCount"] = remaining
         if req.version != req.rtype.storage_version or req.rtype.storage_key is not None:
             items = [self._render(req, obj) for obj in items]
         wanted = self._table_wanted(request)

@@ -11,6 +11,7 @@ to a bounded history that watches replay from.
 
 from __future__ import annotations
 
+import bisect
 import datetime
 import re
 import secrets
@@ -146,6 +147,9 @@ class Store:
         self._owner_index: dict[str, set[tuple[tuple[str, str], str, str]]] = {}
         # (group, plural) -> (label key, value) -> {(namespace, name)}
         self._labels: dict[tuple[str, str], dict[tuple[str, str], set[tuple[str, str]]]] = {}
+        # Bumped on every change to _labels; _sorted_index holds sorted entries of one version.
+        self._labels_version = 0
+        self._sorted_index: dict[tuple, tuple[int, list[tuple[str, str]]]] = {}
         # pods bound to a node are deleted gracefully when a kubelet runs (it finishes the deletion)
         self.graceful_pod_deletion = False
         self.warnings: list[str] = []
@@ -243,8 +247,11 @@ class Store:
         field_reqs=None,
         *,
         start_after: tuple[str, str] | None = None,
+        limit: int | None = None,
     ) -> list[dict]:
-        """Stored dicts (read-only!) matching, ordered by (namespace, name) as etcd keys are."""
+        """Stored dicts (read-only!) matching, ordered by (namespace, name) as etcd keys are.
+
+        With `limit`, stops once it has that many (a page): what is left is not counted."""
         by_ns = self._data.get(rtype.store_key)
         if not by_ns:
             return []
@@ -254,16 +261,26 @@ class Store:
         else:
             buckets = sorted(by_ns.items())
         equality = selectors.equality_index(label_reqs) if label_reqs else None
+        entries = None
         if equality is not None:
-            # narrow through the label index: only objects carrying key=value are looked at
             entries = self._labels.get(rtype.store_key, {}).get(equality)
             if not entries:
                 return []
+            in_namespace = (
+                len(buckets[0][1]) if buckets and rtype.namespaced and namespace else None
+            )
+            if in_namespace is not None and in_namespace < len(entries):
+                # One namespace holds fewer objects than the label index has cluster-wide (the
+                # portal's managed-by label is on every job's objects): scan the namespace.
+                entries = None
+        if entries is not None:
+            # narrow through the label index: only objects carrying key=value are looked at
+            ordered = self._sorted_entries(rtype.store_key, equality, entries)
+            first = bisect.bisect_right(ordered, start_after) if start_after is not None else 0
             selected = []
-            for ns, name in sorted(entries):
+            for i in range(first, len(ordered)):
+                ns, name = ordered[i]
                 if rtype.namespaced and namespace and ns != namespace:
-                    continue
-                if start_after is not None and (ns, name) <= start_after:
                     continue
                 obj = by_ns[ns][name]
                 if not selectors.labels_match(label_reqs, obj["metadata"].get("labels")):
@@ -271,6 +288,8 @@ class Store:
                 if field_reqs and not selectors.fields_match(field_reqs, obj):
                     continue
                 selected.append(obj)
+                if limit is not None and len(selected) >= limit:
+                    break
             return selected
         result = []
         for ns, bucket in buckets:
@@ -288,7 +307,19 @@ class Store:
                 if field_reqs and not selectors.fields_match(field_reqs, obj):
                     continue
                 result.append(obj)
+                if limit is not None and len(result) >= limit:
+                    return result
         return result
+
+    def _sorted_entries(self, key: tuple[str, str], pair: tuple, entries: set) -> list:
+        """The label index's entries for key=value in (namespace, name) order, kept sorted
+        until the index changes: a paged cluster-wide list sorts once, not once a page."""
+        cached = self._sorted_index.get((key, pair))
+        if cached is not None and cached[0] == self._labels_version:
+            return cached[1]
+        ordered = sorted(entries)
+        self._sorted_index[(key, pair)] = (self._labels_version, ordered)
+        return ordered
 
     def list(
         self,
@@ -461,6 +492,7 @@ class Store:
     ) -> None:
         if not labels:
             return
+        self._labels_version += 1
         index = self._labels.setdefault(key, {})
         entry = (namespace, name)
         for pair in labels.items():
@@ -1165,6 +1197,7 @@ class Store:
                 self._remove(rtype, obj, obj)
         self._data.pop(rtype.store_key, None)
         self._labels.pop(rtype.store_key, None)
+        self._labels_version += 1
 
     # ---------------------------------------------------------------- watch
     def add_watcher(self, watcher: Watcher) -> None:

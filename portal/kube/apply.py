@@ -7,6 +7,7 @@ win over stale ones. Errors are classified once, here: RetryableKubeError (409 c
 is wrong; carries the API server's message for the user).
 """
 
+import gc
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -124,6 +125,22 @@ def object_path(api_version: str, kind: str, namespace: str | None, name: str | 
     return base
 
 
+def decode(data: bytes) -> Any:
+    """JSON from the API server, with the cyclic garbage collector paused meanwhile.
+
+    A page of 500 Jobs is ~100,000 new dicts and lists, all kept: enough to set off many
+    collections, full ones included (which walk every object of a Django process). In a
+    resync pass that was three quarters of the decoding time. Decoded JSON holds no reference
+    cycles, so the pause leaves nothing for the collector to find later."""
+    if not gc.isenabled():  # paused already (another caller): leave it to that caller
+        return json.loads(data)
+    gc.disable()
+    try:
+        return json.loads(data)
+    finally:
+        gc.enable()
+
+
 def _call(
     method: str,
     path: str,
@@ -133,7 +150,7 @@ def _call(
     content_type: str = "application/json",
 ) -> dict[str, Any]:
     data = _call_raw(method, path, query=query, body=body, content_type=content_type)
-    return json.loads(data) if data else {}
+    return decode(data) if data else {}
 
 
 def _call_raw(
@@ -244,7 +261,7 @@ def iter_objects(
                 query=query + ([("continue", token)] if token else []),
                 accept=METADATA_ACCEPT if metadata_only else "application/json",
             )
-            data = json.loads(raw) if raw else {}
+            data = decode(raw) if raw else {}
         except PermanentKubeError as exc:
             # A collection answers an empty list even in a missing namespace: a 404 means the
             # API itself is not served (its CRD is not installed).

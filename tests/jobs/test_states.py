@@ -188,3 +188,134 @@ def test_expected_from_takes_the_state_member_too(make_job):
     )
     assert job.state == "queued"
     assert job.events.get().from_state == "submitted"
+
+
+@pytest.mark.django_db
+def test_bulk_transition_moves_only_jobs_still_in_the_state_read(make_job):
+    """The resync's bulk move: the same compare-and-set per job as job_transition. A job another
+    writer moved meanwhile, and a move the table forbids, change nothing and get no event."""
+    from jobs.models import Job, JobEvent
+    from jobs.services import Move, job_transition, job_transition_many
+
+    queued = [make_job(state="queued") for _ in range(3)]
+    raced = Job.objects.get(pk=queued[2].pk)  # the resync's copy, read as Queued
+    job_transition(queued[2], expected_from="queued", to="cancelled", reason="x", source="api")
+    finished = make_job(state="succeeded")
+    moves = [
+        Move(queued[0], "running", "PodsRunning", "1/1 pods ready"),
+        Move(queued[1], "admitted", "PodsStarting", "0/1 pods ready"),
+        Move(raced, "running", "PodsRunning", "1/1 pods ready"),
+        Move(finished, "running", "PodsRunning", "1/1 pods ready"),
+    ]
+
+    moved = job_transition_many(moves, source="reconciler")
+
+    assert [j.pk for j in moved] == [queued[0].pk, queued[1].pk]
+    stored = dict(Job.objects.values_list("pk", "state"))
+    assert [stored[j.pk] for j in (*queued, finished)] == [
+        "running",
+        "admitted",
+        "cancelled",
+        "succeeded",
+    ]
+    stored0 = Job.objects.get(pk=queued[0].pk)
+    assert (stored0.state_reason, stored0.state_message) == ("PodsRunning", "1/1 pods ready")
+    assert (queued[0].state, queued[0].state_reason) == ("running", "PodsRunning")  # in place
+    assert raced.state == "queued"  # not moved: left as read
+    events = JobEvent.objects.filter(source="reconciler").order_by("job_id")
+    assert [(e.job_id, e.from_state, e.to_state, e.reason) for e in events] == [
+        (queued[0].pk, "queued", "running", "PodsRunning"),
+        (queued[1].pk, "queued", "admitted", "PodsStarting"),
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bulk_transition_publishes_one_notice_per_moved_job_after_commit(make_job, settings):
+    import json
+    import os
+    import time
+
+    import redis
+
+    from jobs.services import Move, job_transition_many
+    from portal import pubsub
+
+    url = os.environ.get("PORTAL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    settings.PORTAL_PUBSUB_URL = url
+    pubsub._client = None
+    jobs = [make_job(state="queued") for _ in range(3)]
+    listener = redis.Redis.from_url(url).pubsub(ignore_subscribe_messages=True)
+    channel = f"portal:jobs:{jobs[0].project.slug}"
+    listener.subscribe(channel)
+    try:
+        while listener.get_message(timeout=0.2) is not None:
+            pass
+        job_transition_many([Move(j, "running", "PodsRunning") for j in jobs], source="test")
+        got = []
+        deadline = time.monotonic() + 5
+        while len(got) < 3 and time.monotonic() < deadline:
+            message = listener.get_message(timeout=0.5)
+            if message:
+                got.append(json.loads(message["data"]))
+    finally:
+        listener.close()
+        pubsub._client = None
+    assert sorted(got, key=lambda m: m["job"]) == [{"job": j.pk, "state": "running"} for j in jobs]
+
+
+@pytest.mark.django_db
+def test_bulk_status_notes_write_only_changed_texts_of_jobs_still_in_that_state(make_job):
+    from jobs.models import Job
+    from jobs.services import job_note_status_many
+
+    same = make_job(state="running", state_reason="PodsRunning", state_message="1/1 pods ready")
+    changed = make_job(state="running", state_reason="PodsRunning", state_message="0/1 pods ready")
+    moved_on = make_job(state="running")
+    stale = Job.objects.get(pk=moved_on.pk)
+    Job.objects.filter(pk=moved_on.pk).update(state="succeeded", state_reason="Completed")
+    before = Job.objects.get(pk=same.pk).updated_at
+
+    noted = job_note_status_many(
+        [(j, "PodsRunning", "1/1 pods ready") for j in (same, changed, stale)]
+    )
+
+    assert noted == 2  # `same` needed no write
+    assert Job.objects.get(pk=same.pk).updated_at == before
+    assert Job.objects.get(pk=changed.pk).state_message == "1/1 pods ready"
+    assert Job.objects.get(pk=moved_on.pk).state_reason == "Completed"  # not its state's text
+
+
+@pytest.mark.django_db
+def test_a_deadlocked_bulk_transition_falls_back_to_one_job_at_a_time(make_job, monkeypatch):
+    """Postgres chose the bulk move as a deadlock victim (another multi-row writer locked the
+    rows in another order): nothing of it was written, so the jobs move one by one instead,
+    still compare-and-set and stamped reconciled."""
+    from django.db import OperationalError
+    from psycopg.errors import DeadlockDetected
+
+    from jobs import services
+    from jobs.models import Job, JobEvent
+
+    def deadlocked(moves, **kwargs):
+        try:
+            raise DeadlockDetected("deadlock detected")
+        except DeadlockDetected as cause:
+            raise OperationalError("deadlock detected") from cause
+
+    monkeypatch.setattr(services, "_transition_chunk", deadlocked)
+    jobs = [make_job(state="queued") for _ in range(2)]
+    raced = Job.objects.get(pk=jobs[1].pk)
+    Job.objects.filter(pk=jobs[1].pk).update(state="running")
+
+    moved = services.job_transition_many(
+        [services.Move(jobs[0], "admitted", "PodsStarting"), services.Move(raced, "admitted", "x")],
+        source="reconciler",
+        reconciled=True,
+    )
+
+    assert [j.pk for j in moved] == [jobs[0].pk]
+    stored = Job.objects.get(pk=jobs[0].pk)
+    assert stored.state == "admitted"
+    assert stored.last_reconciled_at is not None
+    assert Job.objects.get(pk=jobs[1].pk).state == "running"
+    assert list(JobEvent.objects.values_list("job_id", flat=True)) == [jobs[0].pk]

@@ -242,6 +242,19 @@ def test_list_selectors_and_pagination(core, namespace):
     assert not third.metadata._continue
     assert int(first.metadata.resource_version) >= 1
 
+    # With a selector, pages go on the same way; as in Kubernetes, what is left is not counted.
+    pages, token = [], None
+    while True:
+        page = core.list_namespaced_config_map(
+            namespace, label_selector="zone", limit=2, **({"_continue": token} if token else {})
+        )
+        pages.append([o.metadata.name for o in page.items])
+        assert page.metadata.remaining_item_count is None
+        token = page.metadata._continue
+        if not token:
+            break
+    assert pages == [["cm0", "cm1"], ["cm2", "cm4"]]
+
 
 def test_pod_field_selectors(core, namespace):
     core.create_namespaced_pod(namespace, _pod("on-node", nodeName="node-1"))

@@ -6,7 +6,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from kubesim.api import errors
+from kubesim.api import errors, selectors
 from kubesim.api.builtins import register_builtins
 from kubesim.api.crds import CrdManager, builtin_crds
 from kubesim.api.registry import Registry
@@ -199,3 +199,62 @@ def test_a_watcher_that_falls_behind_is_closed_without_blocking_writers(store):
     assert len(fine.queue) == 25
     assert store.watcher_count() == 1  # the closed watcher was dropped from the fan-out
     fine.close()
+
+
+def test_a_label_selected_namespace_list_sees_that_namespace_alone_in_key_order(store):
+    """The same label on many objects in another namespace: a namespace's list scans that
+    namespace (fewer objects than the label index) and still answers the same, in name order."""
+    store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "big"}})
+    for i in range(5):
+        cm = _cm(f"big-{i}")
+        cm["metadata"].update(namespace="big", labels={"owner": "portal"})
+        store.create(cm)
+    for name in ("b", "a", "c"):
+        cm = _cm(name)
+        cm["metadata"]["labels"] = {"owner": "portal", "tier": name}
+        store.create(cm)
+    store.create(_cm("unlabelled"))
+    rtype = store.registry.by_kind("v1", "ConfigMap")
+
+    def names(namespace, selector, start_after=None):
+        reqs = selectors.to_requirements(selector)
+        picked = store.select(rtype, namespace, reqs, start_after=start_after)
+        return [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in picked]
+
+    assert names("default", "owner=portal") == [("default", n) for n in ("a", "b", "c")]
+    assert names("default", "owner=portal", ("default", "a")) == [
+        ("default", "b"),
+        ("default", "c"),
+    ]
+    assert names("default", "owner=portal,tier=b") == [("default", "b")]
+    assert names("nowhere", "owner=portal") == []
+    # Cluster-wide, through the label index: both namespaces, by (namespace, name).
+    assert names(None, "owner=portal")[:4] == [
+        ("big", "big-0"),
+        ("big", "big-1"),
+        ("big", "big-2"),
+        ("big", "big-3"),
+    ]
+    assert len(names(None, "owner=portal")) == 8
+
+
+def test_label_index_pages_see_objects_labelled_between_pages(store):
+    """The sorted label index a paged list reuses is dropped when labels change."""
+    rtype = store.registry.by_kind("v1", "ConfigMap")
+    reqs = selectors.to_requirements("owner=portal")
+    for name in ("a", "c"):
+        cm = _cm(name)
+        cm["metadata"]["labels"] = {"owner": "portal"}
+        store.create(cm)
+
+    def page(start_after=None):
+        picked = store.select(rtype, None, reqs, start_after=start_after, limit=1)
+        return [o["metadata"]["name"] for o in picked]
+
+    assert page() == ["a"]
+    late = _cm("b")
+    late["metadata"]["labels"] = {"owner": "portal"}
+    store.create(late)
+    assert page(("default", "a")) == ["b"]
+    store.delete("v1", "ConfigMap", "default", "c")
+    assert page(("default", "b")) == []
