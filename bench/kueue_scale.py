@@ -274,7 +274,11 @@ def run_direct(ks, args, projects, user) -> float:
     with ThreadPoolExecutor(4) as threads:
         list(
             threads.map(
-                lambda m: batch.create_namespaced_job(m["metadata"]["namespace"], m), manifests
+                # The response is not needed: no model objects built (client CPU, not kubesim's).
+                lambda m: batch.create_namespaced_job(
+                    m["metadata"]["namespace"], m, _preload_content=False
+                ).release_conn(),
+                manifests,
             )
         )
     created = time.monotonic() - t0
