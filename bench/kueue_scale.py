@@ -175,6 +175,7 @@ class Finished(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
+        import urllib3
         from kubernetes import client, watch
 
         custom = client.CustomObjectsApi(self.api)
@@ -201,6 +202,10 @@ class Finished(threading.Thread):
                 if exc.status != 410:
                     raise
                 version = None
+            except urllib3.exceptions.HTTPError:
+                # The server closed the stream (a slow reader's watch is dropped): watch again
+                # from the last version seen, or relist when that is gone (410 above).
+                time.sleep(0.5)
 
 
 def wait(predicate, timeout: float, what: str, progress=None) -> float:
@@ -261,6 +266,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _drain(response) -> None:
+    """Read a raw response to its end and give its connection back to the pool."""
+    response.read()
+    response.release_conn()
+
+
 def run_direct(ks, args, projects, user) -> float:
     from kubernetes import client
 
@@ -275,9 +286,11 @@ def run_direct(ks, args, projects, user) -> float:
         list(
             threads.map(
                 # The response is not needed: no model objects built (client CPU, not kubesim's).
-                lambda m: batch.create_namespaced_job(
-                    m["metadata"]["namespace"], m, _preload_content=False
-                ).release_conn(),
+                lambda m: _drain(
+                    batch.create_namespaced_job(
+                        m["metadata"]["namespace"], m, _preload_content=False
+                    )
+                ),
                 manifests,
             )
         )
