@@ -660,11 +660,14 @@ def _zero_skeleton(view: dict, api_version: str, kind: str) -> dict:
 
 
 class _Entry:
-    def __init__(self, raw: dict, fields: set[Path]):
+    def __init__(self, raw: dict, fields: set[Path], *, reuse: bool = False):
         self.raw = {k: v for k, v in raw.items() if k != "fieldsV1"}
         self.fields = fields
         self.key = _identity_key(raw)
         self.identity = _identity(raw)
+        # An entry read from a stored object was rendered by this module: while its field set
+        # is unchanged, its FieldsV1 is reused as is (rendering sorts every path on each write).
+        self._rendered = (fields, raw.get("fieldsV1")) if reuse else None
 
     def render(self) -> dict:
         out = {
@@ -675,19 +678,23 @@ class _Entry:
         if self.raw.get("time"):
             out["time"] = self.raw["time"]
         out["fieldsType"] = "FieldsV1"
-        out["fieldsV1"] = paths_to_fields_v1(self.fields)
+        if self._rendered is not None and self._rendered[0] == self.fields:
+            out["fieldsV1"] = self._rendered[1]
+        else:
+            out["fieldsV1"] = paths_to_fields_v1(self.fields)
         if self.raw.get("subresource"):
             out["subresource"] = self.raw["subresource"]
         return out
 
 
-def _parse_entries(obj: dict | None) -> list[_Entry]:
+def _parse_entries(obj: dict | None, *, reuse: bool = False) -> list[_Entry]:
     raw_entries = ((obj or {}).get("metadata") or {}).get("managedFields") or []
     entries = []
     for raw in raw_entries:
         if not isinstance(raw, dict) or raw.get("fieldsType", "FieldsV1") != "FieldsV1":
             continue
-        entries.append(_Entry(raw, fields_v1_to_paths(raw.get("fieldsV1"))))
+        fields = fields_v1_to_paths(raw.get("fieldsV1"))
+        entries.append(_Entry(raw, fields, reuse=reuse and isinstance(raw.get("fieldsV1"), dict)))
     return entries
 
 
@@ -1020,7 +1027,7 @@ def update_managed_fields(
     comparison = _compare(old_view, new_view, types)
     changed = comparison.changed()
 
-    entries = _parse_entries(base)
+    entries = _parse_entries(base, reuse=base is old)
     mine_raw = {"manager": manager, "operation": operation, "apiVersion": api_version}
     if subresource:
         mine_raw["subresource"] = subresource
@@ -1034,7 +1041,10 @@ def update_managed_fields(
         mine_raw["time"] = now
     elif previous.raw.get("time"):
         mine_raw["time"] = previous.raw["time"]
-    return _render_entries([*others, _Entry(mine_raw, mine_fields)])
+    mine = _Entry(mine_raw, mine_fields)
+    if previous is not None:
+        mine._rendered = previous._rendered
+    return _render_entries([*others, mine])
 
 
 # --------------------------------------------------------------------------- equality

@@ -225,6 +225,9 @@ class KueueController:
         self.jobs: dict[tuple[str, str], dict] = {}
         self.job_by_uid: dict[str, tuple[str, str]] = {}
         self.workloads: dict[tuple[str, str], dict] = {}
+        # Workloads not Finished: what the queue status counts (finished ones stay in
+        # self.workloads until deleted, and a busy cluster holds thousands of them).
+        self.unfinished: set[tuple[str, str]] = set()
         self.wl_by_job_uid: dict[str, tuple[str, str]] = {}
         self.cluster_queues: dict[str, dict] = {}
         self.local_queues: dict[tuple[str, str], dict] = {}
@@ -305,10 +308,15 @@ class KueueController:
                 job_uid = (obj["metadata"].get("labels") or {}).get(JOB_UID_LABEL)
                 if deleted:
                     self.workloads.pop(key, None)
+                    self.unfinished.discard(key)
                     if job_uid and self.wl_by_job_uid.get(job_uid) == key:
                         self.wl_by_job_uid.pop(job_uid, None)
                 else:
                     self.workloads[key] = obj
+                    if _is_true(obj, "Finished"):
+                        self.unfinished.discard(key)
+                    else:
+                        self.unfinished.add(key)
                     if key not in self.first_seen:
                         self.first_seen[key] = next(self.sequence)
                     if job_uid:
@@ -637,9 +645,14 @@ class KueueController:
             self._drain_dirty(self.clock.time())
         # Queue status is an aggregate: write it at most every STATUS_INTERVAL wall seconds.
         if time.monotonic() >= self.status_next:
-            self.status_next = time.monotonic() + self.status_interval
             self.status_pending = False
-            self._write_queue_status()
+            written = self._write_queue_status()
+            # Many queues changing at once (a busy cluster): space the passes out so that
+            # status writes stay a small share of the work (10 ms of interval per write).
+            interval = self.status_interval
+            if interval:
+                interval = max(interval, 0.01 * written)
+            self.status_next = time.monotonic() + interval
         else:
             self.status_pending = True
 
@@ -1465,13 +1478,14 @@ class KueueController:
         return updated
 
     # ---- queue status ------------------------------------------------------------------------
-    def _write_queue_status(self) -> None:
+    def _write_queue_status(self) -> int:
+        """Write the ClusterQueue and LocalQueue statuses that changed; how many were written."""
+        written = 0
         counts: dict[str, list[int]] = {}
         lq_counts: dict[tuple[str, str], list[int]] = {}
         lq_usage: dict[tuple[str, str], dict] = {}
-        for key, obj in self.workloads.items():
-            if _is_true(obj, "Finished"):
-                continue
+        for key in self.unfinished:
+            obj = self.workloads[key]
             status = obj.get("status") or {}
             reserved = _is_true(obj, "QuotaReserved") and status.get("admission")
             lq_key = (key[0], (obj.get("spec") or {}).get("queueName") or "")
@@ -1549,7 +1563,9 @@ class KueueController:
                 "flavorsReservation": flavors_usage,
                 "flavorsUsage": flavors_usage,
             }
-            self._write_status_if_changed("ClusterQueue", None, name, obj, status, active)
+            written += self._write_status_if_changed(
+                "ClusterQueue", None, name, obj, status, active
+            )
         for key, obj in self.local_queues.items():
             pending, reserving, admitted = lq_counts.get(key, [0, 0, 0])
             cq_name = (obj.get("spec") or {}).get("clusterQueue")
@@ -1598,13 +1614,16 @@ class KueueController:
                 "flavorsReservation": flavors_usage,
                 "flavorsUsage": flavors_usage,
             }
-            self._write_status_if_changed("LocalQueue", key[0], key[1], obj, status, active)
+            written += self._write_status_if_changed(
+                "LocalQueue", key[0], key[1], obj, status, active
+            )
+        return written
 
-    def _write_status_if_changed(self, kind, namespace, name, obj, status, active) -> None:
+    def _write_status_if_changed(self, kind, namespace, name, obj, status, active) -> int:
         fingerprint = json.dumps([status, active], sort_keys=True)
         cache_key = (kind, namespace, name, obj["metadata"].get("uid"))
         if self.written_status.get(cache_key) == fingerprint:
-            return
+            return 0
         conditions = [dict(c) for c in (obj.get("status") or {}).get("conditions") or []]
         _set_condition(conditions, active, rfc3339(self.clock.now()))
         try:
@@ -1620,8 +1639,9 @@ class KueueController:
         except ApiError as exc:
             if exc.code != 404:
                 raise
-            return
+            return 0
         self.written_status[cache_key] = fingerprint
+        return 1
 
     # ---- visibility API ----------------------------------------------------------------------
     def pending_summary(self, cq_name: str, lq: tuple[str, str] | None, limit: int, offset: int):

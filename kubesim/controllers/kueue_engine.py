@@ -216,6 +216,11 @@ class KueueEngine:
         self._versions: dict[str, int] = {}
         self._failed_at: dict[tuple[str, str], tuple[int, int, Decision]] = {}
         self._config_version = 0
+        # A cycle that decided nothing, with nothing changed since and no backoff expired,
+        # would decide nothing again: schedule() then returns at once (a busy cluster runs a
+        # cycle on every write, and each one walks and sorts every pending workload).
+        self._changed = True
+        self._next_eligible = math.inf
 
     # ---- configuration -------------------------------------------------------------------
     def set_config(
@@ -241,6 +246,7 @@ class KueueEngine:
         del old_usage
         self._config_version += 1
         self._failed_at.clear()
+        self._changed = True
 
     def _scope(self, cq: ClusterQueue) -> str:
         return f"cohort/{cq.cohort}" if cq.cohort else f"cq/{cq.name}"
@@ -268,10 +274,13 @@ class KueueEngine:
         ):
             # Nothing that scheduling depends on changed: keep the quota state and its version.
             wl.reserved_at = wl.reserved_at or old.reserved_at
+            if wl != old:
+                self._changed = True
             self.workloads[wl.key] = wl
             return
         self.remove(wl.key)
         self.workloads[wl.key] = wl
+        self._changed = True
         if wl.usage is not None and wl.cluster_queue in self.cluster_queues:
             self._add_usage(self.cluster_queues[wl.cluster_queue], wl.usage)
             self._bump(wl.cluster_queue)
@@ -279,6 +288,8 @@ class KueueEngine:
     def remove(self, key: tuple[str, str]) -> Workload | None:
         wl = self.workloads.pop(key, None)
         self._failed_at.pop(key, None)
+        if wl is not None:
+            self._changed = True
         if wl is not None and wl.usage is not None and wl.cluster_queue in self.cluster_queues:
             self._add_usage(self.cluster_queues[wl.cluster_queue], wl.usage, sign=-1)
             self._bump(wl.cluster_queue)
@@ -287,6 +298,7 @@ class KueueEngine:
     def reserve(self, wl: Workload, assignment: Assignment, now: float) -> None:
         wl.usage = dict(assignment.usage)
         wl.reserved_at = now
+        self._changed = True
         wl.evicted = False
         self._failed_at.pop(wl.key, None)
         self._add_usage(self.cluster_queues[wl.cluster_queue], wl.usage)
@@ -300,6 +312,7 @@ class KueueEngine:
             self._add_usage(self.cluster_queues[wl.cluster_queue], wl.usage, sign=-1)
             self._bump(wl.cluster_queue)
         wl.usage = None
+        self._changed = True
 
     @staticmethod
     def _add_usage(cq: ClusterQueue, usage: dict[FlavorResource, int], sign: int = 1) -> None:
@@ -594,14 +607,42 @@ class KueueEngine:
 
     def schedule(self, now: float) -> list[Decision]:
         """One scheduling cycle; the engine applies reservations, the caller persists them."""
+        if not self._changed and now < self._next_eligible:
+            return []
+        decisions = self._cycle(now)
+        # Anything decided (even "pending" again) may be followed up by the caller: only an
+        # empty cycle is known to repeat itself.
+        self._changed = bool(decisions)
+        return decisions
+
+    def _assign_memo(self, wl: Workload, cq: ClusterQueue, memo: dict) -> Assignment:
+        """assign(), reusing a NoFit answer for pod sets identical to one already found not to
+        fit in this ClusterQueue at this quota state (thousands of identical queued jobs)."""
+        counts = tuple(ps.count for ps in wl.podsets)
+        signature = wl.__dict__.get("_signature")
+        if signature is None or signature[0] != counts:
+            signature = (counts, repr(wl.podsets))
+            wl.__dict__["_signature"] = signature
+        key = (cq.name, self._version(cq), signature[1])
+        found = memo.get(key)
+        if found is not None:
+            return found
+        assignment = self.assign(wl, cq)
+        if assignment.mode == NO_FIT:
+            memo[key] = assignment
+        return assignment
+
+    def _cycle(self, now: float) -> list[Decision]:
         queues: dict[str, list[Workload]] = {}
+        next_eligible = math.inf
         for wl in self.workloads.values():
-            if (
-                wl.usage is None
-                and wl.eligible_at <= now
-                and wl.cluster_queue in self.cluster_queues
-            ):
-                queues.setdefault(wl.cluster_queue, []).append(wl)
+            if wl.usage is None and wl.cluster_queue in self.cluster_queues:
+                if wl.eligible_at <= now:
+                    queues.setdefault(wl.cluster_queue, []).append(wl)
+                elif wl.eligible_at < next_eligible:
+                    next_eligible = wl.eligible_at
+        self._next_eligible = next_eligible
+        memo: dict = {}
         for name, items in queues.items():
             items.sort(key=queue_order)
             queues[name] = items[::-1]  # pop() from the end = head
@@ -633,13 +674,14 @@ class KueueEngine:
                 break
             evaluated = []
             for cq, wl, _, _ in heads:
-                assignment = self.assign(wl, cq)
+                assignment = self._assign_memo(wl, cq, memo)
                 evaluated.append((cq, wl, assignment))
             evaluated.sort(
                 key=lambda e: (e[2].borrows, -e[1].priority, e[1].timestamp, e[1].sequence)
             )
             for cq, wl, _ in evaluated:
-                assignment = self.assign(wl, cq)  # quota may have moved earlier in this round
+                # quota may have moved earlier in this round
+                assignment = self._assign_memo(wl, cq, memo)
                 if assignment.mode == FIT:
                     self.reserve(wl, assignment, now)
                     decisions.append(Decision(wl, "admit", assignment=assignment))

@@ -119,6 +119,35 @@ class PodAdmission:
         self.dirty_quota_namespaces: set[str] = set()
         self._pod_being_admitted: dict = {}
         self.wake = asyncio.Event()
+        # The pods a quota counts (neither terminal nor deleting), per namespace, kept by the
+        # write listener: a quota check looks at these, not at every pod the namespace ever had
+        # (finished pods stay until their Job goes, so a busy namespace holds thousands).
+        self.live_pods: dict[str, dict[str, dict]] = {}
+        self._rtypes: dict[tuple[str, str], object] = {}
+
+    def track_pod(self, event_type: str, pod: dict) -> None:
+        meta = pod["metadata"]
+        namespace = meta.get("namespace") or "default"
+        live = (
+            event_type != "DELETED" and not is_terminal(pod) and not meta.get("deletionTimestamp")
+        )
+        if live:
+            self.live_pods.setdefault(namespace, {})[meta["name"]] = pod
+        else:
+            bucket = self.live_pods.get(namespace)
+            if bucket is not None:
+                bucket.pop(meta["name"], None)
+                if not bucket:
+                    del self.live_pods[namespace]
+
+    def _stored(self, api_version: str, kind: str, namespace: str) -> list[dict]:
+        """The stored objects (read-only, no copies) of a kind in a namespace."""
+        rtype = self._rtypes.get((api_version, kind))
+        if rtype is None:
+            rtype = self._rtypes[(api_version, kind)] = self.store.registry.by_kind(
+                api_version, kind
+            )
+        return self.store.select(rtype, namespace)
 
     # ---------------------------------------------------------------- pods
     def admit_pod(self, operation: str, pod: dict, old: dict | None) -> None:
@@ -269,27 +298,25 @@ class PodAdmission:
 
     # ---------------------------------------------------------------- quota
     def _quotas(self, namespace: str) -> list[dict]:
-        return self.store.list("v1", "ResourceQuota", namespace)
+        return self._stored("v1", "ResourceQuota", namespace)
 
     def _used(self, namespace: str, quota_keys: set[str]) -> dict[str, Quantity]:
         used: dict[str, Quantity] = {key: _q(0) for key in quota_keys}
         if any(not k.startswith("count/") or k == "count/pods" for k in quota_keys):
-            for pod in self.store.list("v1", "Pod", namespace):
-                if is_terminal(pod) or pod["metadata"].get("deletionTimestamp"):
-                    continue
+            for pod in list(self.live_pods.get(namespace, {}).values()):
                 for key, amount in pod_usage(pod).items():
                     if key in used:
                         used[key] = used[key] + amount
         for (group, kind), (legacy, count_key) in COUNTED.items():
             if legacy in quota_keys or count_key in quota_keys:
                 api_version = f"{group}/v1" if group else "v1"
-                number = _q(len(self.store.list(api_version, kind, namespace)))
+                number = _q(len(self._stored(api_version, kind, namespace)))
                 for key in (legacy, count_key):
                     if key in used:
                         used[key] = number
         if "requests.storage" in quota_keys:
             total = _q(0)
-            for claim in self.store.list("v1", "PersistentVolumeClaim", namespace):
+            for claim in self._stored("v1", "PersistentVolumeClaim", namespace):
                 storage = (
                     ((claim.get("spec") or {}).get("resources") or {})
                     .get("requests", {})
@@ -358,7 +385,7 @@ class PodAdmission:
     # quota status: hard and used, refreshed when pods or quotas change
     def on_change(self, event_type: str, obj: dict) -> None:
         namespace = obj["metadata"].get("namespace")
-        if namespace and self.store.list("v1", "ResourceQuota", namespace):
+        if namespace and self._quotas(namespace):
             self.dirty_quota_namespaces.add(namespace)
             self.wake.set()
 
@@ -472,8 +499,13 @@ def install(ctx) -> PodAdmission:
             }
         )
     counted = {("", "Pod"), ("", "ResourceQuota"), *COUNTED}
+    pod_type = store.registry.by_kind("v1", "Pod")
+    for pod in store.select(pod_type, None):
+        admission.track_pod("ADDED", pod)
 
     def written(event_type: str, rtype, obj: dict, old: dict | None) -> None:
+        if rtype.group == "" and rtype.kind == "Pod":
+            admission.track_pod(event_type, obj)
         if (rtype.group, rtype.kind) in counted:
             admission.on_change(event_type, obj)
 

@@ -328,7 +328,10 @@ def node_usage(store, node_name: str) -> dict[str, int]:
 
 
 def _ready_nodes(store) -> list[dict]:
-    return sorted(store.list("v1", "Node"), key=lambda n: n["metadata"]["name"])
+    """The stored Nodes (read-only: the placement only reads them), by name. Not copies: a
+    scheduling pass runs on every pod event, and a GPU node is a large object."""
+    rtype = store.registry.by_kind("v1", "Node")
+    return sorted(store.select(rtype, None), key=lambda n: n["metadata"]["name"])
 
 
 def place(
