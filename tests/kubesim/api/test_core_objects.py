@@ -432,6 +432,33 @@ def test_server_side_apply_with_conflicts(core, namespace):
     assert "bob" in {m.manager for m in forced.metadata.managed_fields}
 
 
+def test_apply_bodies_are_read_as_json_or_yaml(kube_client, core, namespace):
+    """An apply body may be JSON (what clients send), block YAML, or flow YAML that starts like
+    JSON but is not JSON; each is read as the API server reads it."""
+    bodies = {
+        "as-json": '{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "as-json"}, '
+        '"data": {"n": "1e3"}}',
+        "as-yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: as-yaml\ndata:\n  n: '2'\n",
+        "as-flow": "{apiVersion: v1, kind: ConfigMap, metadata: {name: as-flow}, data: {n: '3'}}",
+    }
+    config = kube_client.configuration
+    headers = {"Content-Type": "application/apply-patch+yaml"}
+    for setting in config.auth_settings().values():
+        headers[setting["key"]] = setting["value"]
+    for name, text in bodies.items():
+        # Raw bytes: the python client would send a str body as a JSON string.
+        answer = kube_client.rest_client.pool_manager.request(
+            "PATCH",
+            f"{config.host}/api/v1/namespaces/{namespace}/configmaps/{name}?fieldManager=tester",
+            body=text.encode(),
+            headers=headers,
+        )
+        assert answer.status == 201, answer.data
+    assert core.read_namespaced_config_map("as-json", namespace).data == {"n": "1e3"}
+    assert core.read_namespaced_config_map("as-yaml", namespace).data == {"n": "2"}
+    assert core.read_namespaced_config_map("as-flow", namespace).data == {"n": "3"}
+
+
 def test_events_are_one_store_seen_through_both_apis(kube_client, core, namespace):
     events_v1 = client.EventsV1Api(kube_client)
     core.create_namespaced_event(
