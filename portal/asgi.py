@@ -10,3 +10,7 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 application = get_asgi_application()
+
+from portal.runtime import freeze_startup_heap  # noqa: E402 - after the application is loaded
+
+freeze_startup_heap()
