@@ -185,4 +185,5 @@ def test_filters_keep_to_the_job_rows_and_answer_what_they_name(
     assert names("project=beta") == set()
     assert names("submitter=nobody-by-this-name") == set()
     page = web_client_for(personas.member).get("/jobs/?state=failed").content.decode()
-    assert "mine-failed" in page and "other-running" not in page
+    assert "mine-failed" in page
+    assert "other-running" not in page
