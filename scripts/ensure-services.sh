@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make sure PostgreSQL (127.0.0.1:5432, trust auth) and Redis (127.0.0.1:6379) answer, starting
-# or installing them (Debian packages) when they do not, and that the prometheus binary is
-# installed. Used by `make test`.
+# or installing them (Debian packages) when they do not, and that the prometheus and chromium
+# binaries are installed. Used by `make test`.
 set -euo pipefail
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -48,4 +48,11 @@ if ! command -v prometheus >/dev/null 2>&1; then
   # The package's own service is not needed (and would hold port 9090).
   as_root systemctl disable --now prometheus >/dev/null 2>&1 || true
 fi
-echo "PostgreSQL and Redis are reachable; prometheus is installed."
+# Debian's chromium for the browser tests: Playwright drives it (no browser download).
+if [ ! -x "${PORTAL_CHROMIUM:-/usr/bin/chromium}" ]; then
+  echo "Installing chromium (apt)..."
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    chromium >/dev/null
+fi
+echo "PostgreSQL and Redis are reachable; prometheus and chromium are installed."
