@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import gc
 import logging
 import os
 import secrets
@@ -184,31 +183,6 @@ async def save_state_forever(store: Store, path: Path) -> None:
             await loop.run_in_executor(None, write_atomically, path, data)
 
 
-# How often the heap is swept in full and frozen again (see collect_and_freeze_forever).
-GC_SWEEP_INTERVAL = 30.0
-
-
-async def collect_and_freeze_forever(interval: float = GC_SWEEP_INTERVAL) -> None:
-    """Keep the cyclic garbage collector's full passes off the store.
-
-    The store is JSON-like dicts and lists (no cycles), yet each full (generation 2) pass walks
-    all of it, and with objects replaced on every write those passes came every few seconds:
-    at 1,500 jobs, 20 full passes of 0.33 s, 16 % of kubesim's time (with the young
-    generations). Here one full collection runs every `interval` seconds and then freezes what
-    survived, so the automatic passes in between walk only what is newer. Cyclic garbage among
-    frozen objects (finished asyncio tasks and the like) waits for the next sweep, no longer.
-    """
-    first, second, _ = gc.get_threshold()
-    # Frozen objects do not count as long-lived, so the 25 % rule that spaces out full passes
-    # no longer does; a full pass after 100 middle ones (not 10) takes its place.
-    gc.set_threshold(first, second, 100)
-    while True:
-        gc.unfreeze()
-        gc.collect()
-        gc.freeze()
-        await asyncio.sleep(interval)
-
-
 async def serve(options: argparse.Namespace) -> int:
     store, _ = build(options)
     token = options.token or secrets.token_urlsafe(32)
@@ -225,7 +199,6 @@ async def serve(options: argparse.Namespace) -> int:
         tasks.extend(await controllers.start(server, options))
     if options.state is not None:
         tasks.append(asyncio.create_task(save_state_forever(store, options.state)))
-    tasks.append(asyncio.create_task(collect_and_freeze_forever()))
     print(f"kubesim listening on {url}", flush=True)
 
     stop = asyncio.Event()
