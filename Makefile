@@ -13,13 +13,16 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
 .PHONY: demo test lint venv
 
-# The dev extra pulls in the sim extra (kubesim's dependencies), which `make demo` needs too;
-# the gpuportal CLI (cli/, its own small package) is installed alongside.
-$(STAMP): pyproject.toml cli/pyproject.toml
+# The portal, kubesim (kubesim/, the simulated cluster of the tests and the demo) and the gpuportal
+# CLI (cli/) are three distributions, installed side by side in development mode. "compat" editable
+# mode puts kubesim/ itself on sys.path, so `import kubesim` finds the package kubesim/kubesim/ and
+# not the distribution's folder (which would otherwise import as an empty namespace package).
+$(STAMP): pyproject.toml kubesim/pyproject.toml cli/pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.11, 3.12 or 3.13 is needed (none found on PATH)" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]' -e ./cli
+	$(PY) -m pip install --quiet --config-settings editable_mode=compat \
+		-e '.[dev]' -e ./kubesim -e ./cli
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -28,7 +28,6 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kubernetes import client
-
 from kubesim.testing import KubesimProcess
 
 ECHO_SERVER = r"""

@@ -28,7 +28,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kubernetes import client, watch  # noqa: E402
-
 from kubesim.testing import KubesimProcess  # noqa: E402
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"

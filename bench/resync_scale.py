@@ -2,7 +2,8 @@
 
 Seeds its own database (gp_bench_resync, dropped afterwards) with P projects and N applied,
 queued jobs, creates each job's batch Job in kubesim (API only, CRDs loaded) over HTTP and sets
-its status to one running pod, then runs `jobs.reconcile.resync_jobs` (the periodic task's body,
+its status to one running pod, then runs `jobs.reconcile.services.resync_jobs`
+(the periodic task's body,
 the sweep included) in this process, twice:
 
 - all-move: every job is Queued in the portal and Running in the cluster, so each of the N jobs
@@ -199,7 +200,7 @@ class CallCounter:
 def one_pass(page_size: int, *, trace: bool):
     from django.conf import settings
 
-    from jobs.reconcile import resync_jobs
+    from jobs.reconcile.services import resync_jobs
 
     settings.PORTAL_KUBE_LIST_PAGE_SIZE = page_size
     enqueued = []

@@ -12,7 +12,8 @@ notes when each (job, state) first became implied. kubesim's watch fan-out adds 
 bench/kubesim_api.py), so the figures slightly under-state the lag.
 
 Needs PostgreSQL (its own database, gpportal_statuslag) — no Redis, no Celery: the bench applies
-the jobs itself (jobs.reconcile.job_reconcile), so every state after Submitted is the watcher's.
+the jobs itself
+(jobs.reconcile.services.job_reconcile), so every state after Submitted is the watcher's.
 
     .venv/bin/python bench/status_lag.py [--jobs 500] [--nodes 16] [--run-seconds 10]
 """
@@ -210,7 +211,7 @@ def _heartbeat(health: Path) -> dict:
 
 def run(args, ks, watcher, health, user, project) -> int:
     from jobs.models import Job, JobEvent
-    from jobs.reconcile import job_reconcile
+    from jobs.reconcile.services import job_reconcile
     from jobs.services import job_submit
     from jobs.states import TERMINAL
     from jobs.watcher.informer import Informer

@@ -3,7 +3,7 @@
 In one process (no HTTP server: bench/submit.py measures that), against PostgreSQL, Redis and
 kubesim (API only, CRDs loaded), with persistent connections:
   1. N POSTs of a single-GPU job through the real URL stack (DRF test client, token auth);
-  2. N reconciles of those jobs (`jobs.reconcile.job_reconcile`, the task's body).
+  2. N reconciles of those jobs (`jobs.reconcile.services.job_reconcile`, the task's body).
 Each is split into database time (every query, timed by an execute wrapper), Kubernetes API
 time (every call of portal.kube.apply), Celery enqueue (the broker send) and the Python that
 remains, whose largest parts come from cProfile (a second, profiled round). The floor is what
@@ -222,7 +222,7 @@ def main() -> None:
             import redis
             from rest_framework.test import APIClient
 
-            from jobs.reconcile import job_reconcile
+            from jobs.reconcile.services import job_reconcile
             from quotas.sync import sync_quota_objects
 
             redis.Redis.from_url(REDIS_URL).flushdb()

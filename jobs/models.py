@@ -290,7 +290,7 @@ class QueueUsage(models.Model):
 class JobTemplate(models.Model):
     """A saved job request of a project (kind, image, GPUs …), usable from the form, the API
     (`"template": "<name>"`) and the CLI. `fields` passed the submission's validation when saved
-    (jobs.template_services); explicit fields of a submission override them."""
+    (jobs.job_templates.services); explicit fields of a submission override them."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="job_templates")
     name = models.CharField(max_length=40)

@@ -1,6 +1,7 @@
 """Celery tasks for jobs. Each body calls one service; the Job row is the result.
 
-Layering: this module sits on top (it imports jobs.reconcile and the services); the services
+Layering: this module sits on top (it imports jobs.reconcile.services and the
+services); the services
 enqueue work by task name (jobs.services.RECONCILE_TASK), never by importing this module.
 
 Retries: RetryableKubeError (409, 429, 5xx, no connection, a terminating namespace, a missing
@@ -16,8 +17,9 @@ import time
 from celery import shared_task
 from django.conf import settings
 
-from jobs import array_reconcile, reconcile
-from jobs.locking import JobBusy
+from jobs.arrays import reconcile as array_reconcile
+from jobs.reconcile import services as reconcile
+from jobs.reconcile.locking import JobBusy
 from jobs.services import ARRAY_RECONCILE_TASK, RECONCILE_TASK
 from portal import observability
 from portal.kube.apply import RetryableKubeError
@@ -66,7 +68,7 @@ def reconcile_job(self, job_id: int) -> str:
 )
 def reconcile_array(array_id: int) -> dict[str, int]:
     """Apply an array's held elements (in batches, up to its parallelism) and clean up its
-    cancelled ones (jobs.array_reconcile)."""
+    cancelled ones (jobs.arrays.reconcile)."""
     started = time.monotonic()
     counts = array_reconcile.array_reconcile(array_id=array_id)
     observability.observe("array_reconcile_duration_seconds", time.monotonic() - started)

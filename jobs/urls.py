@@ -1,6 +1,9 @@
 from django.urls import path
 
-from jobs import array_views, live_views, log_views, views
+from jobs.arrays import views as array_views
+from jobs.live import views as live_views
+from jobs.logs import views as log_views
+from jobs.submission import views
 
 urlpatterns = [
     path("", views.JobListView.as_view(), name="job-list"),

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from jobs.console_views import ClusterView, OverviewView
+from jobs.console.views import ClusterView, OverviewView
 from portal.api import load_api_modules, router
 from portal.health import healthz
 from portal.observability import metrics_view

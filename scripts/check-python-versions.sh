@@ -2,8 +2,9 @@
 # The project supports Python 3.11-3.13 (pyproject's requires-python), but only one interpreter
 # runs here. Prove the others by resolving the whole dependency set (every extra) for 3.12 and
 # 3.13 with binary wheels only, as pip would install it there, without downloading the wheels
-# (pip install --dry-run). Also check that the production set (no extra) resolves without any of
-# kubesim's dependencies (the `sim` extra). Run by `make test`; needs PyPI.
+# (pip install --dry-run): the portal with every extra, kubesim (kubesim/pyproject.toml, with its
+# client extra) and the CLI (cli/pyproject.toml). Also check that the production set (the portal,
+# no extra) resolves without any of kubesim's dependencies. Run by `make test`; needs PyPI.
 # Usage: scripts/check-python-versions.sh [PYTHON]   (default: .venv/bin/python)
 # SKIP_PYTHON_VERSIONS=1 skips it (offline machines), saying so.
 set -euo pipefail
@@ -18,8 +19,8 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# requirements-all.txt: every dependency and every extra's; requirements-prod.txt: no extra;
-# sim.txt: the names of the sim extra's packages.
+# requirements-all.txt: every dependency and every extra's of the three distributions;
+# requirements-prod.txt: the portal's, no extra; sim.txt: the names of kubesim's dependencies.
 "$python" - "$tmp" <<'PY'
 import re
 import sys
@@ -27,13 +28,24 @@ import tomllib
 from pathlib import Path
 
 out = Path(sys.argv[1])
-project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
-own = project["name"]
-extras = project["optional-dependencies"]
-every = [r for reqs in extras.values() for r in reqs if not r.startswith(own)]
-(out / "requirements-prod.txt").write_text("\n".join(project["dependencies"]) + "\n")
-(out / "requirements-all.txt").write_text("\n".join(project["dependencies"] + every) + "\n")
-names = [re.split(r"[\[<>=~!; ]", r, maxsplit=1)[0] for r in extras["sim"]]
+def read(path):
+    return tomllib.loads(Path(path).read_text())["project"]
+
+portal, kubesim, cli = read("pyproject.toml"), read("kubesim/pyproject.toml"), read("cli/pyproject.toml")
+local = {portal["name"], kubesim["name"], cli["name"]}  # installed from this checkout, not PyPI
+every = []
+for project in (portal, kubesim, cli):
+    requirements = project["dependencies"] + [
+        r for reqs in project.get("optional-dependencies", {}).values() for r in reqs
+    ]
+    every += [r for r in requirements if re.split(r"[\[<>=~!; ]", r, maxsplit=1)[0] not in local]
+(out / "requirements-prod.txt").write_text("\n".join(portal["dependencies"]) + "\n")
+(out / "requirements-all.txt").write_text("\n".join(every) + "\n")
+def name(requirement):
+    return re.split(r"[\[<>=~!; ]", requirement, maxsplit=1)[0]
+
+# kubesim's own: what it needs and the portal does not (both use PyYAML, say).
+names = sorted({name(r) for r in kubesim["dependencies"]} - {name(r) for r in portal["dependencies"]})
 (out / "sim.txt").write_text("\n".join(names) + "\n")
 PY
 

@@ -18,8 +18,8 @@ from django.views import View
 from django.views.generic import TemplateView
 
 from gpumetrics.selectors import project_usage
-from jobs import page_selectors
 from jobs.selectors import usage_rows_for_projects
+from jobs.submission import page_selectors
 from quotas.selectors import quota_rows_for_projects
 from tenants.forms import MemberAddForm, MemberRoleForm, TokenCreateForm
 from tenants.models import Membership, Project

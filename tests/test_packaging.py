@@ -17,7 +17,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 PROJECT = PYPROJECT["project"]
-# What kubesim needs and the portal does not (the `sim` extra).
+KUBESIM_PROJECT = tomllib.loads((REPO / "kubesim" / "pyproject.toml").read_text())["project"]
+# What kubesim needs and the portal does not.
 SIM_PACKAGES = {
     "aiohttp",
     "cryptography",
@@ -35,11 +36,14 @@ def names(requirements: list[str]) -> set[str]:
     return {re.split(r"[\[<>=~!; ]", r, maxsplit=1)[0].lower() for r in requirements}
 
 
-def test_kubesim_dependencies_are_an_extra_that_dev_pulls_in():
+def test_kubesim_is_its_own_distribution_that_dev_pulls_in():
     extras = PROJECT["optional-dependencies"]
     assert names(PROJECT["dependencies"]).isdisjoint(SIM_PACKAGES)
-    assert names(extras["sim"]) == SIM_PACKAGES
-    assert "gpu-portal[sim]" in extras["dev"]
+    assert names(KUBESIM_PROJECT["dependencies"]) >= SIM_PACKAGES
+    assert "sim" not in extras  # kubesim's dependencies are kubesim's, not an extra of the portal
+    assert "kubesim[client]" in extras["dev"]
+    assert KUBESIM_PROJECT["scripts"] == {"kubesim": "kubesim.__main__:main"}
+    assert "kubesim*" in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["exclude"]
 
 
 def test_supported_pythons_are_3_11_to_3_13_and_the_license_is_an_spdx_string():
@@ -64,6 +68,23 @@ def test_the_image_installs_the_portal_without_kubesim():
     assert installs == ["RUN pip install ."]  # no extra, not editable
 
 
+def portal_apps() -> list[str]:
+    """The top-level packages the portal's distribution contains (its packages.find)."""
+    from setuptools import find_packages
+
+    find = PYPROJECT["tool"]["setuptools"]["packages"]["find"]
+    return sorted(p for p in find_packages(REPO, exclude=find["exclude"]) if "." not in p)
+
+
+def test_the_portal_distribution_holds_every_installed_app_and_no_kubesim():
+    from django.conf import settings
+
+    ours = {app.split(".")[0] for app in settings.INSTALLED_APPS if not app.startswith("django")}
+    ours &= {p.name for p in REPO.iterdir() if p.is_dir()}
+    assert ours <= set(portal_apps())
+    assert not {"kubesim", "cli", "tests", "bench"} & set(portal_apps())
+
+
 def test_every_portal_module_imports_without_kubesim_or_its_dependencies():
     """What the image has: Django setup and every module of the four apps import with the sim
     extra's packages (and kubesim itself) unimportable."""
@@ -82,7 +103,7 @@ def test_every_portal_module_imports_without_kubesim_or_its_dependencies():
         import django
         django.setup()
         count = 0
-        for package in ("portal", "tenants", "quotas", "jobs"):
+        for package in {portal_apps()!r}:
             module = importlib.import_module(package)
             for info in pkgutil.walk_packages(module.__path__, package + "."):
                 importlib.import_module(info.name)

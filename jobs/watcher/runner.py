@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from jobs.logs import tail_text
+from jobs.logs.selectors import tail_text
 from jobs.models import WatchCursor
 from jobs.watcher.informer import Collection, Informer
 from jobs.watcher.leader import LeaderElector, default_identity

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from kubesim.testing import KubesimProcess
+
 from tests.asgi_server import session_cookie, start_asgi_server
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,8 +3,8 @@ worker with beat scrapes the dcgm-exporter pods, attributes the readings to the 
 rolls up and judges them; the API serves them."""
 
 import pytest
-
 from kubesim.testing import KubesimProcess, shared_crds_dir
+
 from tests.e2e.conftest import wait_for
 from tests.e2e.test_jobs_e2e import api_as, resync_until, submit, sync_quotas_and_wait
 

@@ -2,7 +2,6 @@
 
 import pytest
 from kubernetes import client
-
 from kubesim.testing import KubesimProcess
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-
 from kubesim.testing import wait_for
 
 pytestmark = [pytest.mark.kubesim, pytest.mark.django_db]

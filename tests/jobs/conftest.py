@@ -4,8 +4,8 @@ suites, a kubesim per test module (`cluster`) and an organisation synced into it
 import time
 
 import pytest
-
 from kubesim.testing import KubesimProcess
+
 from tests.jobs.kubesim_org import H100
 
 

@@ -15,7 +15,7 @@ def submit(org, **data):
 
 def reconcile_until(job, states, timeout=60.0):
     from jobs.models import Job
-    from jobs.reconcile import job_reconcile
+    from jobs.reconcile.services import job_reconcile
 
     deadline = time.monotonic() + timeout
     seen = []

@@ -2,7 +2,7 @@
 
 import pytest
 
-from jobs import arrays
+from jobs.arrays import shape as arrays
 
 
 def parse(array=None, sweep=None, parallelism=None, limit=100):

@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.kubesim, pytest.mark.django_db]
 
 
 def submit_array(org, **data):
-    from jobs.array_services import array_submit
+    from jobs.arrays.services import array_submit
 
     body = {
         "kind": "single",
@@ -35,8 +35,8 @@ def in_cluster(org, jobs):
 
 
 def test_parallelism_holds_the_rest_until_earlier_elements_finish(org):
-    from jobs.array_reconcile import array_reconcile
-    from jobs.reconcile import job_reconcile
+    from jobs.arrays.reconcile import array_reconcile
+    from jobs.reconcile.services import job_reconcile
     from portal.kube import apply as kube
 
     array = submit_array(org, name="sw", sweep={"lr": [0.1, 0.01, 0.001]}, parallelism=2)
@@ -63,8 +63,8 @@ def test_two_passes_at_once_apply_each_element_once(org):
 
     from django.db import connection
 
-    from jobs.array_reconcile import array_reconcile
-    from jobs.locking import JobBusy
+    from jobs.arrays.reconcile import array_reconcile
+    from jobs.reconcile.locking import JobBusy
 
     array = submit_array(org, array={"count": 6, "parallelism": 4})
 
@@ -83,8 +83,8 @@ def test_two_passes_at_once_apply_each_element_once(org):
 
 
 def test_cancel_removes_the_applied_elements_and_never_applies_the_held_ones(org):
-    from jobs.array_reconcile import array_reconcile
-    from jobs.array_services import array_cancel
+    from jobs.arrays.reconcile import array_reconcile
+    from jobs.arrays.services import array_cancel
     from jobs.models import Job
 
     array = submit_array(org, array={"count": 4, "parallelism": 2})

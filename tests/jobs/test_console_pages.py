@@ -352,8 +352,8 @@ def test_home_shows_bars_my_jobs_and_gpu_hours(personas, web_client_for, make_jo
     from django.utils import timezone
 
     from jobs.models import JobPod
-    from jobs.page_selectors import week_start
     from jobs.services import job_transition
+    from jobs.submission.page_selectors import week_start
 
     lender(personas)
     usage(personas.project_a, in_use=10)

@@ -1,8 +1,9 @@
-"""The submit form's feasibility line (jobs.feasibility), from the submission's own validation."""
+"""The submit form's feasibility line (jobs.submission.feasibility),
+from the submission's own validation."""
 
 import pytest
 
-from jobs.feasibility import feasibility
+from jobs.submission.feasibility import feasibility
 from jobs.validation import JobRequest, PoolFacts, validate_job_request
 
 H100 = PoolFacts(

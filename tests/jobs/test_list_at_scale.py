@@ -95,7 +95,7 @@ def test_a_count_above_the_cap_is_an_estimate_and_the_last_page_makes_it_exact(
 def test_the_html_list_shows_an_estimate_as_about_n(
     personas, web_client_for, make_job, settings, monkeypatch
 ):
-    from jobs import views
+    from jobs.submission import views
 
     monkeypatch.setattr(views, "PAGE_SIZE", 5)
     settings.PORTAL_EXACT_COUNT_CAP = 5

@@ -2,9 +2,9 @@
 CRDs, API machinery only), and the schemas are really enforced (a broken object is refused)."""
 
 import pytest
+from kubesim.testing import KubesimProcess
 
 from jobs.secret_refs import SecretEnv, SecretFile
-from kubesim.testing import KubesimProcess
 from tests.jobs.test_manifests import spec
 from tests.quotas.test_quota_manifests import MODEL
 

@@ -2,10 +2,11 @@
 gang gets exactly one pool, and kubesim's Kueue matches flavors against the affinity as Kueue
 v0.19's flavorassigner does."""
 
-from jobs.manifests import build_job_manifests, pool_affinity
-from jobs.validation import JobRequest, PoolFacts, choose_gang_pool, validate_job_request
 from kubesim.controllers.kueue_engine import Flavor, PodSet, flavor_matches_node_affinity
 from kubesim.controllers.scheduler import matches_node_affinity
+
+from jobs.manifests import build_job_manifests, pool_affinity
+from jobs.validation import JobRequest, PoolFacts, choose_gang_pool, validate_job_request
 from tests.jobs.test_manifests import spec
 
 PRODUCT = "nvidia.com/gpu.product"

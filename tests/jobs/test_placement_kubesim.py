@@ -10,8 +10,8 @@ import time
 
 import pytest
 import yaml
-
 from kubesim.testing import KubesimProcess, shared_crds_dir
+
 from tests.jobs.kubesim_org import reconcile_until
 
 pytestmark = [pytest.mark.kubesim, pytest.mark.django_db]
@@ -229,7 +229,7 @@ def wait_for(predicate, what, timeout=60.0):
 
 
 def borrow_then_claim(cohort, borrower_priority):
-    from jobs.reconcile import job_reconcile
+    from jobs.reconcile.services import job_reconcile
 
     long_run = {"kind": "single", "gpus": 8, "command": ["sleep", "100000"]}
     borrowed = submit(cohort["borrower"], priority=borrower_priority, **long_run)

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.kubesim, pytest.mark.django_db]
     ids=["single", "mig", "gang-kueue", "gang-volcano"],
 )
 def test_each_kind_runs_to_success_and_reconcile_twice_creates_nothing_twice(org, data, objects):
-    from jobs.reconcile import job_reconcile
+    from jobs.reconcile.services import job_reconcile
 
     job = submit(org, **data)
     ns = org["project"].namespace
@@ -47,7 +47,7 @@ def test_concurrent_reconciles_create_one_object(org):
 
     from django.db import connection
 
-    from jobs.reconcile import job_reconcile
+    from jobs.reconcile.services import job_reconcile
 
     job = submit(org, kind="single", gpus=1)
 
@@ -64,7 +64,7 @@ def test_concurrent_reconciles_create_one_object(org):
 
 def test_cancel_deletes_the_cluster_objects(org):
     from jobs.models import Job
-    from jobs.reconcile import job_reconcile
+    from jobs.reconcile.services import job_reconcile
     from jobs.services import job_cancel
 
     job = submit(org, kind="gang", gpus=1, replicas=2, backend="kueue")
@@ -81,7 +81,7 @@ def test_cancel_deletes_the_cluster_objects(org):
 def test_drift_before_start_recreates_and_after_start_fails(org, settings):
     from jobs.manifests import object_name
     from jobs.models import Job
-    from jobs.reconcile import job_reconcile
+    from jobs.reconcile.services import job_reconcile
     from portal.kube import apply as kube
 
     ns = org["project"].namespace
@@ -106,7 +106,7 @@ def test_drift_before_start_recreates_and_after_start_fails(org, settings):
 
 def test_a_rejected_manifest_marks_the_job_failed_with_the_servers_message(org):
     from jobs.models import Job
-    from jobs.reconcile import job_reconcile
+    from jobs.reconcile.services import job_reconcile
 
     job = submit(org, kind="single", gpus=1)
     # Bypass validation to make the API server itself refuse the object.

@@ -4,7 +4,6 @@ the log, and /healthz?deep=1 says which backends' CRDs the cluster serves."""
 import logging
 
 import pytest
-
 from kubesim.testing import KubesimProcess, vendored_crds_dir
 
 pytestmark = [pytest.mark.kubesim, pytest.mark.django_db]
@@ -38,11 +37,11 @@ def test_a_volcano_job_on_a_cluster_without_volcano_is_told_why_it_waits(
     kueue_only, make_job, caplog
 ):
     from jobs.models import Job
-    from jobs.reconcile import job_reconcile
+    from jobs.reconcile.services import job_reconcile
     from portal.kube.apply import ResourceNotServed, RetryableKubeError
 
     job = make_job(kind="gang", gpus=1, replicas=2, backend="volcano")
-    caplog.set_level(logging.ERROR, logger="jobs.reconcile")
+    caplog.set_level(logging.ERROR, logger="jobs.reconcile.services")
     for _ in range(3):  # the task's retries
         with pytest.raises(ResourceNotServed) as raised:
             job_reconcile(job_id=job.pk)
@@ -60,7 +59,7 @@ def test_a_volcano_job_on_a_cluster_without_volcano_is_told_why_it_waits(
 
 
 def test_a_kueue_job_on_the_same_cluster_is_applied(kueue_only, make_job):
-    from jobs.reconcile import job_reconcile
+    from jobs.reconcile.services import job_reconcile
     from portal.kube import apply as kube
 
     job = make_job(kind="single", gpus=1, backend="kueue")

@@ -43,7 +43,7 @@ def test_a_cancel_racing_an_apply_leaves_no_job_in_the_cluster(org, monkeypatch,
 
     from jobs.manifests import object_name
     from jobs.models import Job
-    from jobs.reconcile import job_reconcile
+    from jobs.reconcile.services import job_reconcile
     from jobs.services import job_cancel
     from portal.kube import apply as kube
 
@@ -98,8 +98,8 @@ def test_a_cancel_racing_an_apply_leaves_no_job_in_the_cluster(org, monkeypatch,
 def test_a_stale_resync_snapshot_cannot_move_a_running_job_back(org, monkeypatch):
     """The resync read the job as Admitted and the cluster as Queued; while it was listing, a
     reconcile saw the pods start. Its stale view must not move Running back to Queued."""
-    from jobs import reconcile
     from jobs.models import Job, JobEvent
+    from jobs.reconcile import services as reconcile
 
     job = submit(org, kind="single", gpus=1)
     # More GPUs than the queue can ever admit: Kueue keeps the workload pending (Queued).
@@ -140,7 +140,7 @@ def _batch_job(name, namespace, labels):
 def test_the_resync_sweeps_objects_of_cancelled_and_unknown_jobs_and_nothing_else(org):
     from jobs.manifests import object_name
     from jobs.models import Job, JobEvent
-    from jobs.reconcile import job_reconcile, resync_jobs
+    from jobs.reconcile.services import job_reconcile, resync_jobs
     from jobs.selectors import job_manifests
     from jobs.services import job_cancel
     from portal.kube import apply as kube
@@ -194,7 +194,7 @@ def test_a_finished_jobs_objects_go_after_the_retention_with_its_last_log_lines_
     org, settings, web_client_for
 ):
     from jobs.models import Job, JobEvent
-    from jobs.reconcile import resync_jobs
+    from jobs.reconcile.services import resync_jobs
 
     ns = org["project"].namespace
     job = submit(
@@ -225,7 +225,7 @@ def test_a_job_in_a_namespace_being_deleted_waits_instead_of_failing(org):
     from kubernetes import client as k8s
 
     from jobs.models import Job
-    from jobs.reconcile import job_reconcile
+    from jobs.reconcile.services import job_reconcile
     from portal.kube import apply as kube
     from portal.kube.apply import RetryableKubeError
     from portal.kube.client import get_api_client

@@ -31,7 +31,7 @@ class ListSpy:
 
 def test_a_namespace_read_in_small_pages_still_sees_every_job(org, settings, monkeypatch):
     from jobs.models import Job
-    from jobs.reconcile import job_reconcile, resync_jobs
+    from jobs.reconcile.services import job_reconcile, resync_jobs
 
     ns = org["project"].namespace
     jobs = [submit(org, kind="single", gpus=1, command=["sleep", "3600"]) for _ in range(5)]
@@ -63,7 +63,7 @@ def test_a_namespace_read_in_small_pages_still_sees_every_job(org, settings, mon
 
 def test_the_sweep_finds_an_orphan_on_a_later_page(org, settings):
     from jobs.models import Job
-    from jobs.reconcile import job_reconcile, resync_jobs
+    from jobs.reconcile.services import job_reconcile, resync_jobs
     from jobs.selectors import job_manifests
     from portal.kube import apply as kube
 

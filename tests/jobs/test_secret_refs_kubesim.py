@@ -135,7 +135,7 @@ def test_a_job_with_a_secret_env_and_files_runs_and_no_value_shows_anywhere(
 def test_registry_logins_are_pull_secrets_for_their_registry_only(team, api_client_for):
     from jobs.manifests import object_name
     from jobs.models import Job
-    from jobs.reconcile import job_reconcile
+    from jobs.reconcile.services import job_reconcile
     from portal.kube import apply as kube
 
     project = team["project"]

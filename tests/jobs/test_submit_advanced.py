@@ -7,7 +7,12 @@ import re
 
 import pytest
 
-from jobs.form_advanced import TextError, parse_secret_env, parse_secret_files, parse_sweep
+from jobs.submission.form_advanced import (
+    TextError,
+    parse_secret_env,
+    parse_secret_files,
+    parse_sweep,
+)
 from tests.jobs.test_console_pages import field_block, form_data
 
 pytestmark = [pytest.mark.django_db]

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-
 from kubesim.testing import REPO_ROOT, KubesimProcess
 
 SUITE_DIR = REPO_ROOT.parent / "shared" / "conformance" / "client-python-e2e"

@@ -14,7 +14,6 @@ import time
 import uuid
 
 import pytest
-
 from kubesim.testing import KubesimProcess, kubectl_path
 
 KUBECTL = kubectl_path()

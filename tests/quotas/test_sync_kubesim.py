@@ -361,7 +361,7 @@ def test_a_namespace_being_deleted_delays_jobs_and_the_sync_instead_of_failing_t
     API server answers 403 "being terminated". That is a wait (retried), not a rejection."""
     from kubernetes import client as k8s
 
-    from jobs.reconcile import job_reconcile
+    from jobs.reconcile.services import job_reconcile
     from jobs.services import job_submit
     from portal.kube import apply as kube
     from portal.kube.apply import RetryableKubeError

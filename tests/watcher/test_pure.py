@@ -1,11 +1,12 @@
 """Pure pieces of live status: the OOM verdict and pod records (jobs.status), quota use from
-queue status (quotas.usage), the log query (jobs.logs) and kubesim's `alloc` statement."""
+queue status (quotas.usage), the log query (jobs.logs.selectors) and kubesim's `alloc` statement."""
 
 from decimal import Decimal
 
-from jobs.logs import parse_log_query
-from jobs.status import ClusterSnapshot, map_with_pods, oom_killed, pod_record
 from kubesim.controllers import shell
+
+from jobs.logs.selectors import parse_log_query
+from jobs.status import ClusterSnapshot, map_with_pods, oom_killed, pod_record
 from quotas.usage import cluster_queue_rows, volcano_queue_rows, with_lending
 
 

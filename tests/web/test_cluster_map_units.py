@@ -2,7 +2,7 @@
 
 import json
 
-from jobs.cluster_map import (
+from jobs.console.cluster_map import (
     OTHER_POOL,
     Holder,
     PodHold,

@@ -8,7 +8,6 @@ import uuid
 
 import pytest
 import yaml
-
 from kubesim.testing import KubesimProcess, kubectl_path, vendored_crds_dir
 
 pytestmark = [pytest.mark.kubesim]

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from kubesim.testing import kubectl_path, vendored_crds_dir
 
 KUBECTL = kubectl_path()

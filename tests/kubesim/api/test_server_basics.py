@@ -8,7 +8,6 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-
 from kubesim.testing import KubesimProcess
 
 pytestmark = pytest.mark.kubesim

@@ -5,7 +5,6 @@ import asyncio
 import aiohttp
 import pytest
 from aiohttp import web
-
 from kubesim.api import errors, selectors
 from kubesim.api.builtins import register_builtins
 from kubesim.api.crds import CrdManager, builtin_crds

@@ -3,7 +3,6 @@
 import datetime
 
 import pytest
-
 from kubesim.api import tables
 from kubesim.api.builtins import builtin_types
 from kubesim.api.crds import builtin_crds, resource_type_from_crd

@@ -232,7 +232,6 @@ def test_shared_informer_lists_watches_and_relists_after_410(core, namespace, ku
     """kubernetes.informer.SharedInformer (client 36) keeps its cache right through a 410."""
     from kubernetes.informer import SharedInformer
     from kubernetes.informer.informer import ADDED
-
     from kubesim.testing import wait_for
 
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "first"}})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client
-
 from kubesim.testing import KubesimProcess
 
 SPEED = 100.0

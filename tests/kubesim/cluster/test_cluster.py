@@ -10,9 +10,8 @@ import time
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from prometheus_client.parser import text_string_to_metric_families
-
 from kubesim.testing import KubesimProcess, kubectl_path, wait_for
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.kubesim
 

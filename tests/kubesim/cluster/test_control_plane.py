@@ -10,7 +10,6 @@ import json
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-
 from kubesim.testing import wait_for
 
 pytestmark = [pytest.mark.kubesim]

@@ -10,7 +10,6 @@ import json
 
 import pytest
 from kubernetes import client
-
 from kubesim.testing import wait_for
 
 pytestmark = [pytest.mark.kubesim]

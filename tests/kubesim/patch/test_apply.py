@@ -7,7 +7,6 @@ import json
 
 import pytest
 import yaml
-
 from kubesim.api.apply import (
     ApplyConflict,
     builtin_list_map_keys,

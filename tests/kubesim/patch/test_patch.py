@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-
 from kubesim.api.patch import (
     PatchError,
     json_merge_patch,

@@ -7,7 +7,6 @@ import copy
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from kubesim.api.apply import (
     ApplyConflict,
     semantically_equal,

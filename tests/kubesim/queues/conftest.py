@@ -8,7 +8,6 @@ import subprocess
 import uuid
 
 import pytest
-
 from kubesim.testing import KubesimProcess, kubectl_path
 
 SPEED = 100.0

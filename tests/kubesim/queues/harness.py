@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-
 from kubesim.api import crds as crds_module
 from kubesim.api.builtins import register_builtins
 from kubesim.api.crds import CrdManager, read_crd_files

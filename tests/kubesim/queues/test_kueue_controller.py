@@ -10,7 +10,6 @@ import asyncio
 import json
 
 import pytest
-
 from kubesim.api.errors import ApiError
 from kubesim.controllers.kueue import KueueController, workload_name
 from kubesim.testing import vendored_crds_dir

@@ -7,7 +7,6 @@ import uuid
 
 import pytest
 from kubernetes import client
-
 from kubesim.testing import vendored_crds_dir, wait_for
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"

@@ -9,7 +9,6 @@ import uuid
 import pytest
 import yaml
 from kubernetes import client
-
 from kubesim.testing import shared_crds_dir, wait_for
 
 from .test_kueue_e2e import GPU, GROUP, VERSION, condition, custom, gpu_queues, workload_for

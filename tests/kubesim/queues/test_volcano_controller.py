@@ -4,7 +4,6 @@ and two 8-GPU nodes; the test plays the kubelet (pod phases)."""
 from __future__ import annotations
 
 import pytest
-
 from kubesim.api.errors import ApiError
 from kubesim.controllers.volcano import VolcanoController, min_resources_of
 

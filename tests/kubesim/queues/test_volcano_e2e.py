@@ -6,7 +6,6 @@ import time
 
 import pytest
 from kubernetes import client
-
 from kubesim.testing import wait_for
 
 GPU = "nvidia.com/gpu"

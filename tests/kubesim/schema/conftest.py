@@ -6,7 +6,6 @@ import functools
 from pathlib import Path
 
 import yaml
-
 from kubesim.api.schema import CompiledSchema
 from kubesim.testing import vendored_crds_dir
 

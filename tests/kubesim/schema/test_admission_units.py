@@ -4,7 +4,6 @@ and "must specify" wording, cron schedules, protobuf zero-value handling, upstre
 from __future__ import annotations
 
 import pytest
-
 from kubesim.api import protobuf, upstream
 from kubesim.api.errors import ApiError
 from kubesim.controllers import pod_security

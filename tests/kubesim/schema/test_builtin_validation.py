@@ -3,7 +3,6 @@
 import copy
 
 import pytest
-
 from kubesim.api.builtin_validation import (
     DNS1035_LABEL_MSG,
     DNS1123_LABEL_MSG,

@@ -1,5 +1,4 @@
 import pytest
-
 from kubesim.api import cel
 from kubesim.api.cel import UNSUPPORTED_RULES, check_rule, compile_rule, unsupported_rules_in
 

@@ -3,7 +3,6 @@
 import copy
 
 import pytest
-
 from kubesim.api.conversion import convert
 
 from .conftest import compiled

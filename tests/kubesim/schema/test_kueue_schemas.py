@@ -4,7 +4,6 @@ import copy
 
 import pytest
 import yaml
-
 from kubesim.api.builtin_validation import validate_builtin
 from kubesim.testing import vendored_crds_dir
 

@@ -1,7 +1,6 @@
 from fractions import Fraction
 
 import pytest
-
 from kubesim.api.quantity import Quantity, QuantityError, canonical, is_quantity, parse_quantity
 
 

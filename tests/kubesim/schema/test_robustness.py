@@ -4,7 +4,6 @@ import copy
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from kubesim.api.builtin_validation import validate_builtin
 
 from .conftest import compiled

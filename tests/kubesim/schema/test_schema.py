@@ -3,7 +3,6 @@
 import copy
 
 import pytest
-
 from kubesim.api.schema import CompiledSchema
 
 QUANTITY_PATTERN = (

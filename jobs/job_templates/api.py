@@ -11,8 +11,8 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import mixins, serializers, status
 from rest_framework.response import Response
 
+from jobs.job_templates.services import template_create, template_delete, template_update
 from jobs.models import JobTemplate
-from jobs.template_services import template_create, template_delete, template_update
 from portal.api import StrictCharField, TenantScopedViewSet, router
 from tenants.selectors import project_list_visible_to
 

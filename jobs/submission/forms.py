@@ -13,8 +13,8 @@ from typing import Any
 
 from django import forms
 
-from jobs import form_advanced
 from jobs.models import Job, JobKind
+from jobs.submission import form_advanced
 from jobs.validation import BACKENDS, DEFAULT_RUNTIME_MINUTES, GANG_MAX, MAX_GPUS_PER_POD, PoolFacts
 
 KIND_LABELS = [

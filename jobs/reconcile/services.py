@@ -2,7 +2,8 @@
 
 Level-triggered and idempotent: everything is derived from the Job row each time. Objects are
 created by server-side apply under fixed names, so a second run changes nothing. Each job is
-reconciled by one worker at a time (jobs.locking, held across read → apply → record), and its
+reconciled by one worker at a time
+(jobs.reconcile.locking, held across read → apply → record), and its
 state is read again after every apply: a job cancelled meanwhile has what was just applied
 deleted at once. Drift policy: an object deleted by hand before the job started is recreated; one
 deleted after the job was admitted or running marks the job Failed ("ObjectDeleted"), because
@@ -22,9 +23,9 @@ from django.conf import settings
 from django.db.models import Max
 from django.utils import timezone
 
-from jobs.locking import JobBusy, job_lock
 from jobs.manifests import job_selector, object_name, primary_manifest
 from jobs.models import Job
+from jobs.reconcile.locking import JobBusy, job_lock
 from jobs.redact import redact_text
 from jobs.selectors import job_manifests, jobs_to_resync, projects_to_resync
 from jobs.services import (

@@ -1,6 +1,6 @@
 """REST endpoints for job arrays and sweeps: /api/v1/arrays/ (list, detail with per-state counts
 and paged elements), cancel/ and resubmit-failed/. Arrays are created by POST /api/v1/jobs/ with
-"array" or "sweep" (jobs.api)."""
+"array" or "sweep" (jobs.submission.api)."""
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from drf_spectacular.types import OpenApiTypes
@@ -9,13 +9,13 @@ from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from jobs.array_selectors import (
+from jobs.arrays.selectors import (
     array_counts,
     array_elements,
     with_counts,
     with_totals,
 )
-from jobs.array_services import NothingToDo, array_cancel, array_resubmit_failed
+from jobs.arrays.services import NothingToDo, array_cancel, array_resubmit_failed
 from jobs.models import Job, JobArray
 from jobs.states import JobState
 from portal.api import PortalPagination, TenantScopedViewSet, router

@@ -9,8 +9,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import arrays
 from jobs import mounts as job_mounts
+from jobs.arrays import shape as arrays
 from jobs.models import Job, JobArray, JobEvent
 from jobs.services import (
     _generated_name,

@@ -9,16 +9,22 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
 
-from jobs import arrays, form_advanced, page_selectors
-from jobs.array_services import array_submit
-from jobs.feasibility import feasibility
-from jobs.filters import JobListPageFilter
-from jobs.forms import JobSubmitForm, SaveTemplateForm, fields_of_job, initial_from_fields
+from jobs.arrays import shape as arrays
+from jobs.arrays.services import array_submit
+from jobs.job_templates.services import template_create, template_list_visible_to
 from jobs.redact import redact_manifests
 from jobs.render import manifests_yaml
 from jobs.selectors import job_events, job_list_visible_to, job_manifests, pool_facts_for_project
 from jobs.services import InvalidTransition, job_cancel, job_request_from, job_submit
-from jobs.template_services import template_create, template_list_visible_to
+from jobs.submission import form_advanced, page_selectors
+from jobs.submission.feasibility import feasibility
+from jobs.submission.filters import JobListPageFilter
+from jobs.submission.forms import (
+    JobSubmitForm,
+    SaveTemplateForm,
+    fields_of_job,
+    initial_from_fields,
+)
 from jobs.validation import validate_job_request
 from portal.pagination import EstimatedCountPaginator
 from tenants.permissions import WRITER_ROLES, can_write

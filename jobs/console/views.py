@@ -1,7 +1,7 @@
 """The console pages: the cluster (pools → nodes → GPUs and who holds them), for every signed-in
 user, and the staff overview (capacity, quotas, use, borrowing, waiting and idle jobs).
 
-Thin views: one selector each (jobs.cluster_map, jobs.overview)."""
+Thin views: one selector each (jobs.console.cluster_map, jobs.console.overview)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views import View
 
-from jobs.cluster_map import cluster_map_for
-from jobs.overview import exchanges, idle_allocations, longest_waiting, pool_overview
+from jobs.console.cluster_map import cluster_map_for
+from jobs.console.overview import exchanges, idle_allocations, longest_waiting, pool_overview
 from tenants.permissions import is_staff
 
 

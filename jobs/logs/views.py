@@ -5,7 +5,7 @@ from django.contrib.auth.mixins import LoginRequiredMixin
 from django.shortcuts import get_object_or_404, render
 from django.views import View
 
-from jobs import logs as job_logs
+from jobs.logs import selectors as job_logs
 from jobs.selectors import job_list_visible_to
 
 TAIL_LINES = 50

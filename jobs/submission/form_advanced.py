@@ -3,7 +3,7 @@ error keys turned back into form fields.
 
 Pure functions (no database): the form (jobs/forms.py) parses its textareas with these, so the
 web form sends exactly what a REST client sends (mounts, env references, secret_files, array,
-sweep, parallelism) and the same validation (jobs.validation, jobs.arrays) runs on it.
+sweep, parallelism) and the same validation (jobs.validation, jobs.arrays.shape) runs on it.
 """
 
 from __future__ import annotations

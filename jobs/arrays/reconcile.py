@@ -2,11 +2,13 @@
 array's parallelism, in batches, with the process's one API client (keep-alive connections).
 
 The only path that applies an array element for the first time (a reconcile of a held element
-hands it here, see jobs.reconcile). Safe twice concurrently: the array's lock makes one worker
-count and fill its slots; each batch takes its elements' job locks in one round trip
-(jobs.locking.job_locks) and re-reads their state under them, so an element cancelled or taken
-by another worker meanwhile is skipped; after applying, the batch is read once more and what was
-cancelled during the apply is deleted at once (as jobs.reconcile does for a single job).
+hands it here, see
+jobs.reconcile.services). Safe twice concurrently: the array's lock makes one worker
+count and fill its slots; each batch takes its elements' job locks in one round
+trip (jobs.reconcile.locking.job_locks) and re-reads their state under them, so an element
+cancelled or taken by another worker meanwhile is skipped; after applying, the batch is read
+once more and what was cancelled during the apply is deleted at once (as
+jobs.reconcile.services does for a single job).
 """
 
 import dataclasses
@@ -18,10 +20,10 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs import reconcile
-from jobs.locking import JobBusy, array_lock, job_locks
 from jobs.manifests import build_job_manifests
 from jobs.models import Job, JobArray
+from jobs.reconcile import services as reconcile
+from jobs.reconcile.locking import JobBusy, array_lock, job_locks
 from jobs.selectors import manifest_input_for_job
 from jobs.services import enqueue_array_reconcile
 from jobs.states import ACTIVE, JobState

@@ -7,8 +7,8 @@ from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
-from jobs.array_selectors import array_counts, array_elements, array_list_visible_to
-from jobs.array_services import NothingToDo, array_cancel
+from jobs.arrays.selectors import array_counts, array_elements, array_list_visible_to
+from jobs.arrays.services import NothingToDo, array_cancel
 from jobs.states import JobState
 from tenants.permissions import can_write
 

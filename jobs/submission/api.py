@@ -1,0 +1,563 @@
+"""REST endpoints for jobs: /api/v1/jobs/ (create, list, detail), manifest/ and cancel/."""
+
+import yaml
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_field,
+)
+from rest_framework import exceptions, mixins, serializers, status
+from rest_framework.decorators import action
+from rest_framework.renderers import BaseRenderer
+from rest_framework.response import Response
+
+from jobs.arrays.api import JobArrayDetailSerializer, array_body
+from jobs.arrays.services import array_submit
+from jobs.arrays.shape import is_array_request
+from jobs.job_templates.services import template_for_submission, with_template_fields
+from jobs.logs import selectors as job_logs
+from jobs.models import Job, JobEvent, JobKind, JobPod
+from jobs.redact import hidden_env, redact_manifests
+from jobs.render import manifests_yaml
+from jobs.selectors import job_manifests, writable_project_ids
+from jobs.services import InvalidTransition, job_cancel, job_submit
+from jobs.states import JobState
+from jobs.submission.filters import JobFilter
+from jobs.validation import BACKENDS, PRIORITIES
+from portal.api import StrictCharField, TenantScopedViewSet, router
+from portal.api_errors import ApiErrorSerializer
+from portal.api_io import PortalJSONRenderer
+from portal.api_pagination import EstimatedCountPagination
+from tenants.permissions import can_write
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobEvent
+        fields = [
+            "created_at",
+            "from_state",
+            "to_state",
+            "reason",
+            "message",
+            "source",
+            "occurred_at",
+            "count",
+            "warning",
+        ]
+
+
+class JobPodSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobPod
+        fields = [
+            "name",
+            "rank",
+            "node",
+            "phase",
+            "started_at",
+            "finished_at",
+            "gpu_indices",
+            "gpu_uuids",
+            "exit_code",
+            "reason",
+            "message",
+            "restart_count",
+            "deleted",
+        ]
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {"type": "string", "nullable": True},
+        "description": "Environment variables. Values are null for viewers of the project: "
+        "only its members and admins may read them.",
+    }
+)
+class EnvField(serializers.Field):
+    """A job's env, values withheld (null) from users who cannot write in its project."""
+
+    def __init__(self, **kwargs):
+        super().__init__(source="*", read_only=True, **kwargs)
+
+    def to_representation(self, job: Job) -> dict:
+        if self._may_read_values(job):
+            return dict(job.env)
+        return hidden_env(job.env)
+
+    def _may_read_values(self, job: Job) -> bool:
+        request = self.context.get("request")
+        if request is None:
+            return False
+        # One role lookup per project per answer, not per job of a list.
+        cache = self.context.setdefault("_env_readable", {})
+        if job.project_id not in cache:
+            cache[job.project_id] = can_write(request.user, job.project)
+        return cache[job.project_id]
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string"},
+            {
+                "type": "object",
+                "properties": {"secret": {"type": "string"}, "key": {"type": "string"}},
+                "required": ["secret", "key"],
+            },
+        ],
+    }
+)
+class EnvValueField(serializers.Field):
+    """A plain string, or a reference to a key of a project credential (jobs.secret_refs
+    checks the reference)."""
+
+    default_error_messages = {
+        "invalid": "Not a valid value: send a string or "
+        '{{"secret": "<credential>", "key": "<key>"}}.'
+    }
+
+    def to_internal_value(self, data):
+        if isinstance(data, str | dict):
+            return data
+        self.fail("invalid")
+
+    def to_representation(self, value):
+        return value
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """What a job looks like when read."""
+
+    project = serializers.CharField(source="project.slug", read_only=True)
+    submitter = serializers.CharField(source="submitter.username", read_only=True)
+    pool = serializers.CharField(source="pool.slug", read_only=True, allow_null=True)
+    is_terminal = serializers.BooleanField(read_only=True)
+    env = EnvField()
+    mounts = serializers.SerializerMethodField(
+        help_text="Data volumes in the pods: volume, claim, path, read_only."
+    )
+    checkpoint_dir = serializers.CharField(
+        read_only=True,
+        help_text="CHECKPOINT_DIR in the pods: where the job's checkpoints are (on the project's "
+        "checkpoint volume), the same after preemption, requeue and resume; empty without one.",
+    )
+    resume_from = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
+
+    @extend_schema_field(
+        {"type": "array", "items": {"type": "object", "additionalProperties": True}}
+    )
+    def get_mounts(self, job: Job) -> list:
+        return list(job.mounts or [])
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "project",
+            "name",
+            "kind",
+            "state",
+            "state_reason",
+            "state_message",
+            "is_terminal",
+            "submitter",
+            "image",
+            "command",
+            "env",
+            "secret_files",
+            "gpus",
+            "mig_profile",
+            "replicas",
+            "pool",
+            "cpu",
+            "memory",
+            "priority",
+            "max_runtime_minutes",
+            "backend",
+            "created_at",
+            "state_changed_at",
+            "queue_position",
+            "queue_length",
+            "explanation",
+            "mounts",
+            "shm_size",
+            "termination_grace_seconds",
+            "checkpoint_dir",
+            "resume_from",
+        ]
+        read_only_fields = fields
+
+
+class JobDetailSerializer(JobSerializer):
+    events = JobEventSerializer(many=True, read_only=True)
+    pods = JobPodSerializer(many=True, read_only=True, source="pod_records")
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "events", "pods"]
+        read_only_fields = fields
+
+
+class JobCreatedSerializer(JobDetailSerializer):
+    """The answer to a submission: the job, and advice that did not stop it."""
+
+    warnings = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+    class Meta(JobDetailSerializer.Meta):
+        fields = [*JobDetailSerializer.Meta.fields, "warnings"]
+        read_only_fields = fields
+
+
+class JobCreateSerializer(serializers.Serializer):
+    """The request. Shapes only; the rules (quota, MIG, env, sizes) are in jobs.validation."""
+
+    project = StrictCharField(help_text="Project slug.")
+    name = StrictCharField(required=False, allow_blank=True, max_length=63)
+    kind = serializers.ChoiceField(choices=JobKind.choices)
+    image = StrictCharField(max_length=1024)
+    command = serializers.ListField(
+        child=StrictCharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        default=list,
+    )
+    env = serializers.DictField(
+        child=EnvValueField(),
+        required=False,
+        default=dict,
+        help_text='NAME → a string, or {"secret": "<credential>", "key": "<key>"} to take the '
+        "value from a project credential (the value never passes through the portal's job).",
+    )
+    secret_files = serializers.ListField(
+        child=serializers.JSONField(),
+        required=False,
+        default=list,
+        help_text='[{"secret": "<credential>", "path": "/var/run/gcp"}]: the credential\'s keys '
+        "as read-only files in that directory.",
+    )
+    gpus = serializers.IntegerField(required=False, allow_null=True)
+    mig_profile = StrictCharField(required=False, allow_blank=True, max_length=32)
+    replicas = serializers.IntegerField(required=False, allow_null=True)
+    pool = StrictCharField(required=False, allow_blank=True, max_length=40)
+    cpu = StrictCharField(required=False, allow_blank=True, max_length=16)
+    memory = StrictCharField(required=False, allow_blank=True, max_length=16)
+    priority = serializers.ChoiceField(choices=PRIORITIES, required=False, default="normal")
+    max_runtime_minutes = serializers.IntegerField(required=False, allow_null=True)
+    backend = serializers.ChoiceField(choices=BACKENDS, required=False, allow_blank=True)
+    # Shapes are checked by jobs.mounts, which names the item (mounts[1].path).
+    mounts = serializers.JSONField(
+        required=False,
+        help_text='Data volumes: [{"volume": "imagenet", "path": "/data", "read_only": true}]; '
+        "path defaults to the volume's default mount path, read_only to its access.",
+    )
+    shm_size = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=16,
+        help_text="Memory-backed /dev/shm, e.g. 8Gi; default half the memory, capped by the pool.",
+    )
+    termination_grace_seconds = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=7 * 24 * 3600,
+        help_text="Seconds between SIGTERM and the kill on preemption or cancel (default 60, "
+        "at most the pool's maximum).",
+    )
+    resume_from = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=2**63 - 1,
+        help_text="Id of an earlier, finished job of the project whose checkpoint directory "
+        "this job continues in.",
+    )
+    # Many jobs in one request (jobs/arrays.py): the answer is the array (/api/v1/arrays/).
+    array = serializers.JSONField(
+        required=False, help_text='An array of N elements: {"count": N, "parallelism": P}.'
+    )
+    sweep = serializers.JSONField(
+        required=False,
+        help_text='A parameter grid, one element per combination: {"lr": [0.1, 0.01]}.',
+    )
+    parallelism = serializers.JSONField(
+        required=False, help_text="With sweep: at most this many elements in the cluster at once."
+    )
+    template = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=40,
+        help_text="Name of a saved template of the project (/api/v1/templates/): its fields are "
+        "the request's, and the fields given here override them.",
+    )
+
+    def validate(self, attrs):
+        # Say so when a client sends something the portal does not take (a pod spec, a
+        # securityContext, a misspelt field) instead of silently dropping it.
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            allowed = ", ".join(self.fields)
+            raise serializers.ValidationError(
+                {name: [f"Unknown field; a job takes only: {allowed}."] for name in unknown}
+            )
+        return attrs
+
+
+class DryRunSerializer(serializers.Serializer):
+    valid = serializers.BooleanField()
+    warnings = serializers.ListField(child=serializers.CharField())
+    errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
+    manifests = serializers.ListField(child=serializers.DictField())
+
+
+class YamlRenderer(BaseRenderer):
+    media_type = "application/yaml"
+    format = "yaml"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        if isinstance(data, str):
+            return data.encode()
+        return yaml.safe_dump(data, sort_keys=False).encode()
+
+
+class PlainTextRenderer(BaseRenderer):
+    media_type = "text/plain"
+    format = "txt"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        if isinstance(data, dict):
+            return (str(data.get("detail") or data) + "\n").encode()
+        return str(data).encode()
+
+
+class JobViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    TenantScopedViewSet,
+):
+    queryset = Job.objects.all()
+    project_field = "project"
+    filterset_class = JobFilter
+    pagination_class = EstimatedCountPagination
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        if self.action == "list":
+            # EnvField's per-project role lookups answered by one query, so the list's query
+            # count does not grow with the number of projects on a page.
+            context["_env_readable"] = writable_project_ids(user=self.request.user)
+        return context
+
+    def shape_queryset(self, queryset):
+        queryset = queryset.select_related("project", "submitter", "pool").order_by(
+            "-created_at", "-id"
+        )
+        if self.action == "retrieve":
+            queryset = queryset.prefetch_related("events", "pod_records")
+        return queryset
+
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        if self.action == "manifest":
+            # Errors keep the API's JSON shape even where YAML was negotiated (or the format
+            # was unknown, when DRF falls back to the first renderer).
+            self.request.accepted_renderer = PortalJSONRenderer()
+            self.request.accepted_media_type = PortalJSONRenderer.media_type
+        return response
+
+    def get_serializer_class(self):
+        if self.action == "create":
+            return JobCreateSerializer
+        if self.action == "retrieve":
+            return JobDetailSerializer
+        return JobSerializer
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "dry_run",
+                OpenApiTypes.BOOL,
+                description="Validate and render the manifests without storing anything.",
+            )
+        ],
+        request=JobCreateSerializer,
+        responses={
+            201: PolymorphicProxySerializer(
+                component_name="JobOrArray",
+                serializers=[JobCreatedSerializer, JobArrayDetailSerializer],
+                resource_type_field_name=None,
+            ),
+            200: DryRunSerializer,
+        },
+    )
+    def create(self, request, *args, **kwargs):
+        serializer = JobCreateSerializer(data=with_template(request.user, request.data))
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        data.pop("template", None)
+        dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
+        if is_array_request(data) or data.get("parallelism") is not None:
+            return self._create_array(request, data, dry_run)
+        try:
+            outcome = job_submit(
+                actor=request.user, project=data.pop("project"), data=data, dry_run=dry_run
+            )
+        except DjangoPermissionDenied as exc:
+            raise exceptions.PermissionDenied(str(exc)) from exc
+        if dry_run:
+            body = {
+                "valid": outcome.validation.ok,
+                "errors": outcome.validation.errors,
+                "warnings": outcome.warnings,
+                "manifests": outcome.manifests,
+            }
+            return Response(body, status=status.HTTP_200_OK)
+        # The stored job as it is in memory (no re-read): its one event is the submission.
+        data = JobSerializer(outcome.job, context=self.get_serializer_context()).data
+        data["events"] = JobEventSerializer(outcome.events, many=True).data
+        # Advice (e.g. a plain value that looks like a credential); the job was stored.
+        data["warnings"] = outcome.warnings
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    def _create_array(self, request, data, dry_run: bool) -> Response:
+        if dry_run:
+            raise exceptions.ValidationError(
+                {"dry_run": ["A dry run takes one job; submit the array without dry_run."]}
+            )
+        try:
+            array = array_submit(actor=request.user, project=data.pop("project"), data=data)
+        except DjangoPermissionDenied as exc:
+            raise exceptions.PermissionDenied(str(exc)) from exc
+        return Response(array_body(array, request, self), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "format",
+                OpenApiTypes.STR,
+                enum=["yaml", "json"],
+                description="yaml (the default): one multi-document YAML text; json: a list "
+                "of the objects. An Accept header of application/json does the same.",
+            )
+        ],
+        responses={
+            (200, "application/yaml"): OpenApiResponse(
+                OpenApiTypes.STR, description="The objects as multi-document YAML."
+            ),
+            (200, "application/json"): OpenApiResponse(
+                {"type": "array", "items": {"type": "object", "additionalProperties": True}},
+                description="The objects as a JSON list.",
+            ),
+        },
+    )
+    @action(detail=True, methods=["get"], renderer_classes=[YamlRenderer, PortalJSONRenderer])
+    def manifest(self, request, pk=None):
+        """The job's Kubernetes objects exactly as the reconciler applies them, as YAML (or a
+        JSON list with ?format=json). Env values are hidden from viewers."""
+        job = self.get_object()
+        manifests = job_manifests(job)
+        if not can_write(request.user, job.project):
+            manifests = redact_manifests(manifests, job.env)
+        if request.accepted_renderer.format == "json":
+            return Response(manifests)
+        return Response(manifests_yaml(manifests))
+
+    @extend_schema(
+        request=None,
+        responses={
+            200: JobDetailSerializer,
+            409: OpenApiResponse(
+                ApiErrorSerializer, description="The job is already finished or cancelled."
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel the job: its cluster objects are deleted; a finished job answers 409."""
+        job = self.get_object()
+        try:
+            job_cancel(actor=request.user, job=job)
+        except InvalidTransition as exc:
+            return Response(
+                {
+                    "detail": f"Job {job.name} is already {JobState(exc.current).label.lower()}; "
+                    "there is nothing to cancel.",
+                    "errors": {},
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
+        except DjangoPermissionDenied as exc:
+            raise exceptions.PermissionDenied(str(exc)) from exc
+        job = self.shape_queryset(Job.objects.filter(pk=job.pk)).prefetch_related("events").get()
+        return Response(JobDetailSerializer(job, context=self.get_serializer_context()).data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("pod", OpenApiTypes.STR, description="Pod name (default: rank 0)."),
+            OpenApiParameter("rank", OpenApiTypes.INT, description="Gang rank instead of pod."),
+            OpenApiParameter("tail", OpenApiTypes.INT, description="Only the last N lines."),
+            OpenApiParameter("since", OpenApiTypes.STR, description="e.g. 90s, 10m, 2h."),
+            OpenApiParameter("previous", OpenApiTypes.BOOL, description="Restarted container."),
+            OpenApiParameter("follow", OpenApiTypes.BOOL, description="Stream until it ends."),
+        ],
+        responses={
+            (200, "text/plain"): OpenApiTypes.STR,
+            409: OpenApiResponse(
+                ApiErrorSerializer, description="The job has not started a pod yet: no logs."
+            ),
+            410: OpenApiResponse(
+                ApiErrorSerializer,
+                description="The pod no longer exists (the job page keeps its last lines).",
+            ),
+        },
+    )
+    @action(detail=True, methods=["get"], renderer_classes=[PlainTextRenderer, PortalJSONRenderer])
+    def logs(self, request, pk=None):
+        """The job's container log as text; ?follow=true streams until the pod ends."""
+        job = self.get_object()
+        query, errors = job_logs.parse_log_query(request.query_params)
+        if errors:
+            first = next(iter(errors.values()))[0]
+            return Response({"detail": first, "errors": errors}, status=400)
+        try:
+            record = job_logs.choose_pod(job, pod=query.pod, rank=query.rank)
+            chunks = job_logs.stream(
+                job,
+                record,
+                tail=query.tail,
+                since_seconds=query.since_seconds,
+                previous=query.previous,
+                follow=query.follow,
+            )
+        except job_logs.LogsUnavailable as exc:
+            # The plain sentence as text, or the usual error shape for a JSON client.
+            return Response({"detail": str(exc), "errors": {}}, status=exc.status)
+        response = StreamingHttpResponse(job_logs.safe_chunks(chunks), content_type=TEXT)
+        response["X-Pod"] = record.name
+        response["Cache-Control"] = "no-cache"
+        return response
+
+
+TEXT = "text/plain; charset=utf-8"
+
+
+def with_template(user, data):
+    """The request body with a named template's fields under it (explicit fields win)."""
+    if not isinstance(data, dict) or not isinstance(data.get("template"), str):
+        return data
+    if not data["template"] or not isinstance(data.get("project"), str):
+        return data
+    template = template_for_submission(user=user, project=data["project"], name=data["template"])
+    explicit = data.dict() if hasattr(data, "dict") else dict(data)  # a form post's QueryDict
+    return with_template_fields(template.fields, explicit)
+
+
+router.register("jobs", JobViewSet, basename="jobs")
