@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpuportal
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: demo test lint venv
+.PHONY: demo test lint venv docs
 
 # The portal, kubesim (kubesim/, the simulated cluster of the tests and the demo) and the gpuportal
 # CLI (cli/) are three distributions, installed side by side in development mode. "compat" editable
@@ -43,3 +43,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# The documentation site (docs/, mkdocs.yml), rebuilt on every change; the suite builds it strictly.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8001

@@ -1,4 +1,5 @@
-"""The app's settings with their defaults (all PORTAL_METRICS_*; see README, Configuration)."""
+"""The app's settings with their defaults (all PORTAL_METRICS_*; see
+docs/operations/configuration.md)."""
 
 from __future__ import annotations
 

@@ -62,9 +62,9 @@ INSTALLED_APPS = [
     "tenants",
     "quotas",
     "jobs",
-    "gpumetrics",  # GPU metrics per job (issue 10)
-    "volumes",  # data volumes, checkpoints (issue 12)
-    "credentials",  # secrets and registry logins of projects (issue 12)
+    "gpumetrics",  # GPU metrics per job
+    "volumes",  # data volumes, checkpoints
+    "credentials",  # secrets and registry logins of projects
 ]
 
 MIDDLEWARE = [
@@ -104,7 +104,7 @@ DATABASES = {
 # Persistent connections: opening one costs PostgreSQL a backend fork and TLS/auth (14-16 ms
 # here, more than a whole job list page). Health checks drop a connection the server closed
 # instead of failing the next request. CONN_MAX_AGE=0 turns it off (e.g. behind PgBouncer in
-# transaction mode, see the README).
+# transaction mode, see docs/operations/scaling.md).
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
 DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", env.bool("CONN_HEALTH_CHECKS", default=True))
 # PostgreSQL connection pool per process (psycopg_pool), e.g. 20 for an ASGI web process: each
@@ -314,7 +314,7 @@ PORTAL_WATCHER_WRITERS = env.int("PORTAL_WATCHER_WRITERS", default=4)
 # runtimeClassName for GPU pods (e.g. "nvidia" where the NVIDIA runtime is not the default).
 PORTAL_RUNTIME_CLASS = env.str("PORTAL_RUNTIME_CLASS", default="")
 
-# --- GPU metrics (gpumetrics app, issue 10) -------------------------------------------------
+# --- GPU metrics (gpumetrics app) ---------------------------------------------------------------
 # Source: "dcgm" scrapes every dcgm-exporter pod (found by namespace + label selector) through
 # the API server's pod proxy ("proxy", outside the cluster) or by pod IP ("direct", the default
 # with PORTAL_KUBE_IN_CLUSTER); "prometheus" reads the same series from

@@ -1,6 +1,6 @@
 """Kubernetes objects for the admin's quota model, as plain dicts. Pure functions.
 
-Mapping (the README's "Decisions" lists the names): a GPU pool is a Kueue ResourceFlavor; a
+Mapping (docs/admin-guide/quota-sync.md lists the names): a GPU pool is a Kueue ResourceFlavor; a
 department is a Kueue Cohort and, per pool, a Volcano parent Queue; a project is a namespace, a
 ClusterQueue, a LocalQueue, per pool a Volcano leaf Queue, and a ResourceQuota; each priority
 class is a Kueue
