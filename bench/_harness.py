@@ -222,7 +222,8 @@ def _proc_stat(pid: int) -> list[str]:
 
 
 def cpu_seconds(pid: int, *, children: bool = False) -> float:
-    """User + system CPU seconds of a process (with `children`, of those it has reaped too)."""
+    """User + system CPU seconds of a process (with `children`, of those it has reaped too);
+    NaN when it cannot be read (gone, or neither /proc nor psutil)."""
     try:
         fields = _proc_stat(pid)
     except OSError:
@@ -238,11 +239,11 @@ def _psutil_cpu(pid: int, children: bool) -> float:
     try:
         import psutil
     except ImportError:
-        return 0.0
+        return float("nan")
     try:
         times = psutil.Process(pid).cpu_times()
     except psutil.Error:
-        return 0.0
+        return float("nan")
     total = times.user + times.system
     if children:
         total += times.children_user + times.children_system
@@ -251,8 +252,16 @@ def _psutil_cpu(pid: int, children: bool) -> float:
 
 def descendants(pid: int) -> list[int]:
     """Every live process below `pid` (gunicorn's and Celery's forked workers)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            import psutil
+
+            return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+        except Exception:  # no psutil, or the process is gone
+            return []
     parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+    for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
@@ -269,8 +278,10 @@ def descendants(pid: int) -> list[int]:
 
 
 def tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds of a process, its reaped children and its live descendants."""
-    return cpu_seconds(pid, children=True) + sum(cpu_seconds(p) for p in descendants(pid))
+    """CPU seconds of a process, its reaped children and its live descendants (those that exit
+    while being read count as nothing)."""
+    below = (cpu_seconds(p) for p in descendants(pid))
+    return cpu_seconds(pid, children=True) + sum(x for x in below if x == x)
 
 
 def rss_kib(pid: int) -> int:
