@@ -610,14 +610,16 @@ class Stack:
         ready: bytes | None = None,
         timeout: float = START_TIMEOUT,
         stdout: int | None = None,
+        pin_as: str | None = None,
     ) -> Service:
         """Start a process (its output in `label`.log unless `stdout` is given); with `ready`,
-        wait until its log holds those bytes."""
+        wait until its log holds those bytes. With --pin it runs on the CPUs of `pin_as`
+        (default: its side)."""
         log = None
         if stdout is None:
             log = self.workdir / f"{label}.log"
             out = open(log, "ab")  # noqa: SIM115 - the child keeps it
-        cpus = self.cpus.get(side) if self.cpus else None
+        cpus = self.cpus.get(pin_as or side) if self.cpus else None
         process = subprocess.Popen(
             argv,
             cwd=cwd,
