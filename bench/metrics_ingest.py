@@ -11,7 +11,9 @@
 
     .venv/bin/python bench/metrics_ingest.py [--sweeps 240] [--nodes 100]
 
-Uses its own database (gpportal_bench_metrics, or BENCH_DATABASE_URL).
+Uses its own database (gpportal_bench_metrics, or BENCH_DATABASE_URL), made afresh each run: the
+stored bytes are measured on an empty table (a reused one kept the last run's 24 h job, and
+--runs' stored-bytes figures grew run after run).
 """
 
 import statistics
@@ -118,7 +120,7 @@ def main() -> int:
 
 
 def measure(args, stack: harness.Stack) -> None:
-    harness.ensure_database(DATABASE_URL)
+    harness.recreate_database(DATABASE_URL)
     harness.setup_django(database_url=DATABASE_URL)
     from django.db import connection
 
