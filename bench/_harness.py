@@ -791,7 +791,8 @@ def _once(args, measure, before: Machine) -> int:
     cpu = stack.cpu_by_side()
     print(
         f"machine after the run: {after.describe()}; CPU seconds: "
-        + ", ".join(f"{side} {seconds:.1f}" for side, seconds in cpu.items()),
+        + ", ".join(f"{side} {seconds:.1f}" for side, seconds in cpu.items())
+        + (f"; logs in {stack.workdir}" if any(stack.workdir.iterdir()) else ""),
         flush=True,
     )
     target = os.environ.get(FIGURES_ENV)
