@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -228,6 +229,56 @@ def test_the_stack_waits_for_a_process_to_be_ready_counts_its_cpu_and_stops_it(t
     sides = stack.cpu_by_side()
     assert list(sides) == ["portal", "this process"]
     assert sides["portal"] >= 0
+
+
+@pytest.mark.skipif(
+    harness.split_cpus(os.sched_getaffinity(0)) is None, reason="pinning needs two CPUs"
+)
+def test_pinned_portal_processes_run_on_the_portals_cpus_only(tmp_path, capsys):
+    kubesim_cpus, portal_cpus = harness.split_cpus(os.sched_getaffinity(0))
+    with harness.Stack(workdir=tmp_path, pin=True) as stack:
+        service = stack.spawn(
+            [sys.executable, "-c", "print('ready.', flush=True); import time; time.sleep(60)"],
+            label="toy",
+            ready=b"ready.",
+        )
+        echo = stack.spawn(
+            [sys.executable, "-c", "print('ready.', flush=True); import time; time.sleep(60)"],
+            label="echo",
+            side="echo",
+            pin_as="kubesim",
+            ready=b"ready.",
+        )
+
+        assert os.sched_getaffinity(service.pid) == portal_cpus
+        assert os.sched_getaffinity(echo.pid) == kubesim_cpus
+    assert "pinned: kubesim on CPU" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(
+    harness.split_cpus(os.sched_getaffinity(0)) is None, reason="pinning needs two CPUs"
+)
+def test_a_running_process_is_pinned_with_its_threads_and_children(tmp_path):
+    # As kubesim is pinned: after it has started its threads.
+    script = (
+        "import subprocess, sys, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print('ready.', flush=True); time.sleep(60)\n"
+    )
+    first_cpu = {min(os.sched_getaffinity(0))}
+    with harness.Stack(workdir=tmp_path) as stack:
+        service = stack.spawn([sys.executable, "-c", script], label="toy", ready=b"ready.")
+        children = harness.wait_until(
+            lambda: harness.descendants(service.pid), timeout=30, what="no child"
+        )
+
+        harness.pin_tree(service.pid, first_cpu)
+
+        threads = [int(t.name) for t in Path(f"/proc/{service.pid}/task").iterdir()]
+        assert len(threads) >= 2
+        for pid in [*threads, *children]:
+            assert os.sched_getaffinity(pid) == first_cpu
 
 
 def test_a_process_that_dies_before_it_is_ready_is_reported_with_its_log(tmp_path):
