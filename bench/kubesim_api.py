@@ -1,6 +1,6 @@
 """kubesim API benchmark: prints, in one run, the figures issue 3 sets targets for.
 
-    .venv/bin/python bench/kubesim_api.py [--quick]
+    .venv/bin/python bench/kubesim_api.py [--short]
 
 - creates/s through the python client against kubesim, beside the same client against a
   minimal HTTPS endpoint that only echoes the object back (target: kubesim >= half the echo);
@@ -12,14 +12,12 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import ssl
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +26,8 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kubernetes import client
+
+from bench import _harness as harness
 from kubesim.testing import KubesimProcess
 
 ECHO_SERVER = r"""
@@ -60,10 +60,7 @@ asyncio.run(main())
 
 
 def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return harness.rss_kib(pid) / 1024
 
 
 def timed_creates(create, count: int) -> float:
@@ -120,16 +117,17 @@ def workload(i: int, labels: dict) -> dict:
     }
 
 
-def bench_echo(count: int) -> float:
-    process = subprocess.Popen(
+def bench_echo(stack: harness.Stack, count: int) -> float:
+    echo = stack.spawn(
         [sys.executable, "-c", ECHO_SERVER],
+        label="echo",
+        side="echo",
+        pin_as="kubesim",  # where the server it stands beside runs
+        env=dict(os.environ, PYTHONPATH=str(harness.REPO)),
         stdout=subprocess.PIPE,
-        text=True,
-        cwd=str(Path(__file__).resolve().parent.parent),
-        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)),
     )
     try:
-        port, ca = process.stdout.readline().split()
+        port, ca = echo.process.stdout.readline().decode().split()
         configuration = client.Configuration()
         configuration.host = f"https://127.0.0.1:{port}"
         configuration.ssl_ca_cert = ca
@@ -140,8 +138,7 @@ def bench_echo(count: int) -> float:
                 lambda i: core.create_namespaced_config_map("default", configmap(i)), count
             )
     finally:
-        process.terminate()
-        process.wait()
+        stack.stop(echo)
 
 
 async def watch_fanout(
@@ -234,115 +231,133 @@ def bulk_create(server: KubesimProcess, path: str, bodies, concurrency: int = 16
     return time.perf_counter() - started
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="smaller counts (smoke run)")
-    args = parser.parse_args()
-    scale = 10 if args.quick else 1
+def main() -> int:
+    parser = harness.make_parser(__doc__, short={"scale": 10})
+    parser.add_argument(
+        "--scale", type=int, default=1, help="divide the object counts by this (--short: 10)"
+    )
+    parser.add_argument("--quick", dest="short", action="store_true", help="the same as --short")
+    args = harness.parse_args(parser)
+    return harness.run(args, measure)
+
+
+def measure(args, stack: harness.Stack) -> None:
+    scale = args.scale
     create_count = 2000 // scale
     workloads = 10_000 // scale
     small_objects = 50_000 // scale
 
-    print(f"kubesim API benchmark ({'quick' if args.quick else 'full'} run)")
-    echo_rate = bench_echo(create_count)
+    print(f"kubesim API benchmark ({'quick' if scale > 1 else 'full'} run)")
+    echo_rate = bench_echo(stack, create_count)
     print(f"echo endpoint         creates/s (python client, ConfigMap): {echo_rate:8.0f}")
+    harness.figure("echo endpoint creates", echo_rate, "/s")
 
-    workdir = Path(tempfile.mkdtemp(prefix="kubesim-bench-"))
-    with KubesimProcess(no_cluster=True, workdir=workdir) as server:
-        api = server.api_client()
-        core = client.CoreV1Api(api)
-        custom = client.CustomObjectsApi(api)
-        rate = timed_creates(
-            lambda i: core.create_namespaced_config_map("default", configmap(i)), create_count
-        )
-        print(
-            f"kubesim               creates/s (python client, ConfigMap): {rate:8.0f}"
-            f"   ({rate / echo_rate:.0%} of echo; target >= 50%)"
-        )
-        wl_rate = timed_creates(
-            lambda i: custom.create_namespaced_custom_object(
-                "kueue.x-k8s.io",
-                "v1beta2",
-                "default",
-                "workloads",
-                workload(100_000 + i, {"bench": "rate"}),
-            ),
-            create_count // 2,
-        )
-        print(
-            f"kubesim               creates/s (python client, Workload, schema + CEL): "
-            f"{wl_rate:8.0f}"
-        )
+    server = stack.kubesim(name="kubesim-api", no_cluster=True)
+    api_figures(server, scale, create_count, workloads, echo_rate)
+    stack.stop(server)
 
-        # 10,000 Workloads, 100 of them labelled to match the selector
-        core.create_namespace({"metadata": {"name": "bench"}})
-        elapsed = bulk_create(
-            server,
-            "/apis/kueue.x-k8s.io/v1beta2/namespaces/bench/workloads",
-            (
-                workload(i, {"team": "needle" if i % (workloads // 100) == 0 else "hay"})
-                for i in range(workloads)
-            ),
-        )
-        print(
-            f"(created {workloads} Workloads in {elapsed:.1f} s: {workloads / elapsed:.0f}/s "
-            f"over HTTPS with 16 requests in flight)"
-        )
+    server = stack.kubesim(name="kubesim-memory", no_cluster=True)
+    memory_figure(server, small_objects)
 
-        def list_ms(**kwargs) -> tuple[float, int]:
-            samples = []
-            count = 0
-            for _ in range(7):
-                t0 = time.perf_counter()
-                result = custom.list_namespaced_custom_object(
-                    "kueue.x-k8s.io", "v1beta2", "bench", "workloads", **kwargs
-                )
-                samples.append((time.perf_counter() - t0) * 1000)
-                count = len(result["items"])
-            return statistics.median(samples), count
 
-        ms, count = list_ms(label_selector="team=needle")
-        print(
-            f"list, label selector matching {count} of {workloads} Workloads: {ms:8.1f} ms"
-            f"   (target <= 50 ms)"
-        )
-        ms, count = list_ms()
-        print(
-            f"list, all {count} Workloads:                        {ms:8.1f} ms"
-            f"   (target <= 2000 ms)"
-        )
+def api_figures(
+    server: KubesimProcess, scale: int, create_count: int, workloads: int, echo_rate: float
+) -> None:
+    api = server.api_client()
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    rate = timed_creates(
+        lambda i: core.create_namespaced_config_map("default", configmap(i)), create_count
+    )
+    print(
+        f"kubesim               creates/s (python client, ConfigMap): {rate:8.0f}"
+        f"   ({rate / echo_rate:.0%} of echo; target >= 50%)"
+    )
+    harness.figure("kubesim ConfigMap creates", rate, "/s")
+    wl_rate = timed_creates(
+        lambda i: custom.create_namespaced_custom_object(
+            "kueue.x-k8s.io",
+            "v1beta2",
+            "default",
+            "workloads",
+            workload(100_000 + i, {"bench": "rate"}),
+        ),
+        create_count // 2,
+    )
+    print(
+        f"kubesim               creates/s (python client, Workload, schema + CEL): {wl_rate:8.0f}"
+    )
+    harness.figure("kubesim Workload creates", wl_rate, "/s")
 
-        delays = asyncio.run(watch_fanout(server, watchers=20, events=200 // scale, interval=0.02))
-        delays.sort()
-        p50 = delays[len(delays) // 2] * 1000
-        p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))] * 1000
-        print(
-            f"watch fan-out, 20 watchers, {len(delays)} deliveries: p50 {p50:6.1f} ms, "
-            f"p99 {p99:6.1f} ms   (target p99 <= 50 ms)"
-        )
-        api.close()
+    # 10,000 Workloads, 100 of them labelled to match the selector
+    core.create_namespace({"metadata": {"name": "bench"}})
+    elapsed = bulk_create(
+        server,
+        "/apis/kueue.x-k8s.io/v1beta2/namespaces/bench/workloads",
+        (
+            workload(i, {"team": "needle" if i % (workloads // 100) == 0 else "hay"})
+            for i in range(workloads)
+        ),
+    )
+    print(
+        f"(created {workloads} Workloads in {elapsed:.1f} s: {workloads / elapsed:.0f}/s "
+        f"over HTTPS with 16 requests in flight)"
+    )
 
-    workdir = Path(tempfile.mkdtemp(prefix="kubesim-bench-mem-"))
-    with KubesimProcess(no_cluster=True, workdir=workdir) as server:
-        pid = server.process.pid
-        base = rss_mb(pid)
-        api = server.api_client()
-        core = client.CoreV1Api(api)
-        elapsed = bulk_create(
-            server,
-            "/api/v1/namespaces/default/configmaps",
-            (configmap(i) for i in range(small_objects)),
-        )
-        print(
-            f"(created {small_objects} ConfigMaps in {elapsed:.1f} s: "
-            f"{small_objects / elapsed:.0f}/s over HTTPS with 16 requests in flight)"
-        )
-        print(
-            f"resident memory, {small_objects} small objects: {rss_mb(pid):8.0f} MB"
-            f"   (empty server {base:.0f} MB; target <= 500 MB)"
-        )
-        api.close()
+    def list_ms(**kwargs) -> tuple[float, int]:
+        samples = []
+        count = 0
+        for _ in range(7):
+            t0 = time.perf_counter()
+            result = custom.list_namespaced_custom_object(
+                "kueue.x-k8s.io", "v1beta2", "bench", "workloads", **kwargs
+            )
+            samples.append((time.perf_counter() - t0) * 1000)
+            count = len(result["items"])
+        return statistics.median(samples), count
+
+    ms, count = list_ms(label_selector="team=needle")
+    print(
+        f"list, label selector matching {count} of {workloads} Workloads: {ms:8.1f} ms"
+        f"   (target <= 50 ms)"
+    )
+    harness.figure("list, label selector", ms, "ms")
+    ms, count = list_ms()
+    print(f"list, all {count} Workloads:                        {ms:8.1f} ms   (target <= 2000 ms)")
+    harness.figure("list, all", ms, "ms")
+
+    delays = asyncio.run(watch_fanout(server, watchers=20, events=200 // scale, interval=0.02))
+    p50 = harness.percentile(delays, 0.5) * 1000
+    p99 = harness.percentile(delays, 0.99) * 1000
+    print(
+        f"watch fan-out, 20 watchers, {len(delays)} deliveries: p50 {p50:6.1f} ms, "
+        f"p99 {p99:6.1f} ms   (target p99 <= 50 ms)"
+    )
+    harness.figure("watch fan-out p50", p50, "ms")
+    harness.figure("watch fan-out p99", p99, "ms")
+    api.close()
+
+
+def memory_figure(server: KubesimProcess, small_objects: int) -> None:
+    pid = server.process.pid
+    base = rss_mb(pid)
+    api = server.api_client()
+    elapsed = bulk_create(
+        server,
+        "/api/v1/namespaces/default/configmaps",
+        (configmap(i) for i in range(small_objects)),
+    )
+    print(
+        f"(created {small_objects} ConfigMaps in {elapsed:.1f} s: "
+        f"{small_objects / elapsed:.0f}/s over HTTPS with 16 requests in flight)"
+    )
+    print(
+        f"resident memory, {small_objects} small objects: {rss_mb(pid):8.0f} MB"
+        f"   (empty server {base:.0f} MB; target <= 500 MB)"
+    )
+    harness.figure(f"resident memory, {small_objects} small objects", rss_mb(pid), "MB")
+    api.close()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

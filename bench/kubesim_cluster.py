@@ -15,20 +15,18 @@ Workload that ranks before it (higher priority, or equal priority and created ea
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kubernetes import client, watch  # noqa: E402
-from kubesim.testing import KubesimProcess  # noqa: E402
+from kubernetes import client, watch
+
+from bench import _harness as harness
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 GPU, MIG = "nvidia.com/gpu", "nvidia.com/mig-1g.10gb"
@@ -63,14 +61,6 @@ pools:
           - gpus: "0-7"
             profiles: {"1g.10gb": 7}
 """
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    import os
-
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 def setup_queues(api) -> list[tuple[str, str]]:
@@ -282,17 +272,17 @@ class WorkloadWatcher(threading.Thread):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
+    parser = harness.make_parser(__doc__, short={"jobs_per_cq": 5})
     parser.add_argument("--speed", type=float, default=100.0)
     parser.add_argument("--jobs-per-cq", type=int, default=50)
     parser.add_argument("--timeout", type=float, default=900.0)
-    args = parser.parse_args()
+    args = harness.parse_args(parser)
+    return harness.run(args, measure)
 
-    workdir = Path(tempfile.mkdtemp(prefix="kubesim-bench-"))
-    cluster_file = workdir / "cluster.yaml"
-    cluster_file.write_text(CLUSTER)
+
+def measure(args, stack: harness.Stack) -> int:
     started = time.monotonic()
-    process = KubesimProcess(cluster=cluster_file, speed=args.speed, workdir=workdir).start()
+    process = stack.kubesim(cluster=CLUSTER, speed=args.speed)
     print(
         f"kubesim up in {time.monotonic() - started:.1f}s "
         f"(38 nodes: 240 H100 GPUs + 448 MIG 1g.10gb slices), speed {args.speed:g}"
@@ -311,7 +301,7 @@ def main() -> int:
                     plan.append((namespace, f"{shape}-{i}", shape))
         rng.shuffle(plan)
         total = len(plan)
-        cpu_before = cpu_seconds(process.process.pid)
+        cpu_before = harness.cpu_seconds(process.process.pid)
         t0 = time.monotonic()
         batch = client.BatchV1Api(api)
 
@@ -337,7 +327,7 @@ def main() -> int:
                 break
             time.sleep(0.5)
         elapsed = time.monotonic() - t0
-        cpu_used = cpu_seconds(process.process.pid) - cpu_before
+        cpu_used = harness.cpu_seconds(process.process.pid) - cpu_before
         watcher.stop.set()
         with watcher.lock:
             admitted, finished = len(watcher.admitted), len(watcher.finished)
@@ -359,6 +349,10 @@ def main() -> int:
             f"kubesim CPU time during the run: {cpu_used:.1f}s "
             f"({100 * cpu_used / elapsed:.0f}% of one core); preemptions: {evicted}"
         )
+        if all_admitted is not None:
+            harness.figure("all admitted after", all_admitted, "s")
+        harness.figure("all finished after", elapsed, "s")
+        harness.figure("kubesim CPU time", cpu_used, "s")
         if violations:
             print(f"admission order: {len(violations)} violations, e.g.")
             for line in violations[:5]:
@@ -368,7 +362,6 @@ def main() -> int:
         return 0 if finished >= total and not violations else 1
     finally:
         api.close()
-        process.stop()
 
 
 if __name__ == "__main__":

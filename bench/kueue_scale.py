@@ -22,24 +22,18 @@ Own database gp_bench_kueue (dropped afterwards) and BENCH_REDIS_URL (default
 redis://127.0.0.1:6379/12); starts kubesim twice, gunicorn, Celery and the watcher itself.
 """
 
-import argparse
 import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-DATABASE_URL = os.environ.get(
-    "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gp_bench_kueue"
-)
-DB_NAME = DATABASE_URL.rsplit("/", 1)[1]
-ADMIN_URL = DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import _harness as harness
+
+DATABASE_URL = harness.database_url("gp_bench_kueue")
+REDIS_URL = harness.redis_url(12)
 IMAGE = "nvcr.io/nvidia/pytorch:24.08-py3"
 H100 = "NVIDIA-H100-80GB-HBM3"
 DEPARTMENTS, PROJECTS = 5, 30
@@ -52,30 +46,6 @@ pools:
     memory: 2Ti
     gpu: {{model: {H100}, count: 8}}
 """
-
-
-def admin(sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(sql)
-
-
-def setup_django(kubeconfig: Path) -> None:
-    os.environ.update(
-        DATABASE_URL=DATABASE_URL,
-        CELERY_BROKER_URL=REDIS_URL,
-        KUBECONFIG=str(kubeconfig),
-        DJANGO_SETTINGS_MODULE="portal.settings",
-        PORTAL_KUBE_QPS="0",
-    )
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def use_cluster(kubeconfig: Path) -> None:
@@ -96,15 +66,10 @@ def seed():
     from django.contrib.auth import get_user_model
     from knox.models import AuthToken
 
-    from quotas.models import GpuPool, PriorityClass, ProjectQuota
-    from quotas.priority_defaults import PRIORITY_CLASSES
+    from quotas.models import GpuPool, ProjectQuota
     from tenants.models import Department, Membership, Project
 
-    for default in PRIORITY_CLASSES:
-        PriorityClass.objects.get_or_create(
-            name=default.name,
-            defaults={"value": default.value, "preemptible": default.preemptible},
-        )
+    harness.ensure_priority_classes()
     pool = GpuPool.objects.create(
         slug="h100",
         name="H100",
@@ -222,51 +187,6 @@ def wait(predicate, timeout: float, what: str, progress=None) -> float:
     raise RuntimeError(f"timed out waiting for {what}")
 
 
-def child_env(kubeconfig: Path) -> dict:
-    return {
-        **os.environ,
-        "DATABASE_URL": DATABASE_URL,
-        "CELERY_BROKER_URL": REDIS_URL,
-        "KUBECONFIG": str(kubeconfig),
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "PORTAL_KUBE_QPS": "0",
-        "PYTHONPATH": str(REPO),
-        "DEBUG": "false",
-        "SECRET_KEY": "bench-only-secret-key-not-for-production-use-0123456789",
-        "SECURE_SSL_REDIRECT": "false",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "LOG_LEVEL": "WARNING",
-    }
-
-
-def start(argv: list[str], env: dict, log: Path, ready: bytes | None = None) -> subprocess.Popen:
-    out = open(log, "ab")  # noqa: SIM115 - the child keeps it
-    process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 90
-    while ready and ready not in log.read_bytes():
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"{argv[0]} did not start:\n{log.read_text()[-2000:]}")
-        time.sleep(0.2)
-    return process
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _drain(response) -> None:
     """Read a raw response to its end and give its connection back to the pool."""
     response.read()
@@ -306,75 +226,30 @@ def run_direct(ks, args, projects, user) -> float:
     print(
         f"direct: {args.jobs} Jobs created in {created:.1f} s, all finished after {done - t0:.1f} s"
     )
+    harness.figure("direct in kubesim", done - t0, "s")
     return done - t0
 
 
-def run_portal(ks, args, projects, token, workdir: Path) -> tuple[float, float]:
-    import redis
+def run_portal(ks, args, projects, token, stack: harness.Stack) -> tuple[float, float]:
     import requests
     from django.db.models import Count
 
     from jobs.models import Job
 
-    redis.Redis.from_url(REDIS_URL).flushdb()
+    harness.flush_redis(REDIS_URL)
     use_cluster(ks.kubeconfig)
-    env = child_env(ks.kubeconfig)
-    bin_dir = Path(sys.executable).parent
-    port = free_port()
-    processes = [
-        start(
-            [
-                str(bin_dir / "gunicorn"),
-                "portal.wsgi:application",
-                "-b",
-                f"127.0.0.1:{port}",
-                "-w",
-                "2",
-                "--log-level",
-                "warning",
-            ],
-            env,
-            workdir / "web.log",
-        ),
-        start(
-            [
-                str(bin_dir / "celery"),
-                "-A",
-                "portal",
-                "worker",
-                "-l",
-                "INFO",
-                "-c",
-                str(args.celery_concurrency),
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "-n",
-                "kq@%h",
-            ],
-            env,
-            workdir / "worker.log",
-            ready=b" ready.",
-        ),
-        start(
-            [
-                sys.executable,
-                "manage.py",
-                "watch_cluster",
-                "--identity",
-                "kq-bench",
-                "--health-file",
-                str(workdir / "watcher.json"),
-            ],
-            env,
-            workdir / "watcher.log",
-        ),
-    ]
+    env = harness.portal_env(
+        database_url=DATABASE_URL, redis_url=REDIS_URL, kubeconfig=ks.kubeconfig
+    )
+    web = stack.web(env)
+    worker = stack.worker(env, concurrency=args.celery_concurrency, name="kq")
+    watcher = stack.watcher(env, identity="kq-bench")
+    processes = [web, worker, watcher]
     api = ks.api_client()
     finished = Finished(api)
     finished.start()
-    time.sleep(3)
-    base = f"http://127.0.0.1:{port}"
+    watcher.wait_leader()
+    base = web.url
     try:
 
         def post(offset: int) -> None:
@@ -406,17 +281,19 @@ def run_portal(ks, args, projects, token, workdir: Path) -> tuple[float, float]:
     finally:
         finished.stop.set()
         for process in processes:
-            stop(process)
+            stack.stop(process)
     print(
         f"portal: {args.jobs} jobs POSTed in {posted:.1f} s, all Workloads finished after "
         f"{cluster_done - t0:.1f} s, all shown Succeeded after {portal_done - t0:.1f} s; "
         f"states {states}"
     )
+    harness.figure("through the portal (cluster done)", cluster_done - t0, "s")
+    harness.figure("shown Succeeded in portal", portal_done - t0, "s")
     return cluster_done - t0, portal_done - t0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> int:
+    parser = harness.make_parser(__doc__, short={"jobs": 300, "seconds": 60})
     parser.add_argument("--jobs", type=int, default=15_000)
     parser.add_argument("--speed", type=float, default=100.0)
     parser.add_argument("--seconds", type=int, default=600, help="simulated run time per job")
@@ -431,25 +308,28 @@ def main() -> None:
     parser.add_argument(
         "--only", choices=("direct", "portal"), help="run one half only (no overhead printed)"
     )
-    args = parser.parse_args()
+    args = harness.parse_args(parser)
+    return harness.run(args, measure)
 
-    from kubesim.testing import KubesimProcess
 
-    admin(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
-    admin(f'CREATE DATABASE "{DB_NAME}"')
-    workdir = Path(tempfile.mkdtemp(prefix="bench-kueue-"))
-    cluster = workdir / "cluster.yaml"
-    cluster.write_text(CLUSTER)
-    try:
+def measure(args, stack: harness.Stack) -> None:
+    with harness.scratch_database(DATABASE_URL):
         direct = cluster_wall = portal_wall = None
-        with KubesimProcess(cluster=cluster, speed=args.speed, workdir=workdir / "ks1") as ks:
-            setup_django(ks.kubeconfig)
-            projects, user, token = seed()
-            if args.only != "portal":
-                direct = run_direct(ks, args, projects, user)
+        ks = stack.kubesim(name="ks1", cluster=CLUSTER, speed=args.speed)
+        harness.setup_django(
+            database_url=DATABASE_URL,
+            CELERY_BROKER_URL=REDIS_URL,
+            KUBECONFIG=ks.kubeconfig,
+            PORTAL_KUBE_QPS=0,
+        )
+        projects, user, token = seed()
+        if args.only != "portal":
+            direct = run_direct(ks, args, projects, user)
+        stack.stop(ks)
         if args.only != "direct":
-            with KubesimProcess(cluster=cluster, speed=args.speed, workdir=workdir / "ks2") as ks:
-                cluster_wall, portal_wall = run_portal(ks, args, projects, token, workdir)
+            ks = stack.kubesim(name="ks2", cluster=CLUSTER, speed=args.speed)
+            cluster_wall, portal_wall = run_portal(ks, args, projects, token, stack)
+            stack.stop(ks)
         if direct is None or portal_wall is None:
             return
         # The portal's extra wall time relative to the same workload created directly.
@@ -468,12 +348,8 @@ def main() -> None:
             f"  Kueue's own test: 15,000 workloads < 425 s on a real cluster; "
             f"ours: {args.jobs:,} in {direct:.1f} s direct, {portal_wall:.1f} s through the portal"
         )
-        from django.db import connections
-
-        connections.close_all()
-    finally:
-        admin(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
+        harness.figure("portal overhead", 100 * overhead, "%")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -13,57 +13,32 @@ client asks each request kind --requests times after a warm-up, sequentially.
 Needs PostgreSQL (BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/gp_bench_list).
 """
 
-import argparse
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-DATABASE_URL = os.environ.get(
-    "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gp_bench_list"
-)
-DB_NAME = DATABASE_URL.rsplit("/", 1)[1]
-ADMIN_URL = DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import _harness as harness
+
+REPO = harness.REPO
+DATABASE_URL = harness.database_url("gp_bench_list")
 PROJECTS = 40
 USERS = 50
 CHUNK = 100_000
-# The seeded session is signed with this key: the web server must use the same one.
-SECRET_KEY = "bench-only-secret-key-not-for-production-use-0123456789"
-
-
-def recreate_database() -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{DB_NAME}"')
-
-
-def drop_database() -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
 
 
 def setup_django() -> None:
-    os.environ["DATABASE_URL"] = DATABASE_URL
-    os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings"
-    os.environ["SECRET_KEY"] = SECRET_KEY
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    # The pages are served as in production (DEBUG off): from collected, hashed static files.
-    os.environ["STATIC_ROOT"] = tempfile.mkdtemp(prefix="bench-list-static-")
-    import django
-
-    django.setup()
+    harness.setup_django(
+        database_url=DATABASE_URL,
+        # The seeded session is signed with this key: the web server uses the same one.
+        SECRET_KEY=harness.SECRET_KEY,
+        # The pages are served as in production (DEBUG off): from collected, hashed static files.
+        STATIC_ROOT=tempfile.mkdtemp(prefix="bench-list-static-"),
+    )
     from django.core.management import call_command
 
-    call_command("migrate", verbosity=0)
     call_command("collectstatic", interactive=False, verbosity=0)
 
 
@@ -167,46 +142,17 @@ def grow(pool, projects, users, start: int, stop: int) -> float:
     return time.monotonic() - t0
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_web(port: int, conn_max_age: int, log: Path, code: Path = REPO) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "DATABASE_URL": DATABASE_URL,
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "PYTHONPATH": str(code),
-        "PYTHONDONTWRITEBYTECODE": "1",  # --baseline may point at a checkout to leave as is
-        "DEBUG": "false",
-        "SECRET_KEY": SECRET_KEY,
-        "SECURE_SSL_REDIRECT": "false",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "LOG_LEVEL": "WARNING",
-        "CONN_MAX_AGE": str(conn_max_age),
-    }
-    out = open(log, "ab")  # noqa: SIM115 - the child keeps it
-    argv = [str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi:application"]
-    argv += ["-b", f"127.0.0.1:{port}", "-w", "2", "--log-level", "warning"]
-    return subprocess.Popen(argv, cwd=code, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
+def start_web(stack: harness.Stack, port: int, conn_max_age: int, code: Path = REPO, label="web"):
+    env = harness.portal_env(
+        database_url=DATABASE_URL,
+        kube_qps=None,
+        code=code,
+        extra={
+            "PYTHONDONTWRITEBYTECODE": "1",  # --baseline may point at a checkout to leave as is
+            "CONN_MAX_AGE": conn_max_age,
+        },
+    )
+    return stack.web(env, port=port, code=code, label=label)
 
 
 def requests_to_time(base: str, job_id: int, project: str, deep_cursor: str) -> list:
@@ -252,7 +198,7 @@ def swap_indexes(drop: dict, create: dict) -> None:
         cursor.execute("ANALYZE jobs_job")
 
 
-def measure(
+def measure_requests(
     base: str, token: str, session_key: str, count: int, size: int, kinds: int | None = None
 ):
     import requests
@@ -289,12 +235,12 @@ def measure(
         shown = body.get("count", "")
         if body.get("count_is_estimate"):
             shown = f"about {shown}"
-        results.append((label, statistics.median(times), percentile(times, 0.99), shown))
+        results.append((label, statistics.median(times), harness.percentile(times, 0.99), shown))
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> int:
+    parser = harness.make_parser(__doc__, short={"sizes": "10000", "requests": 20})
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--conn-max-age", type=int, default=60)
@@ -305,20 +251,21 @@ def main() -> None:
         help="also measure this checkout (e.g. the main branch) with the indexes before 0009 "
         "and CONN_MAX_AGE=0: the issue's five requests, as 'before'",
     )
-    args = parser.parse_args()
-    sizes = [int(x) for x in args.sizes.split(",")]
+    args = harness.parse_args(parser)
+    return harness.run(args, measure)
 
-    recreate_database()
-    workdir = Path(tempfile.mkdtemp(prefix="bench-list-"))
-    setup_django()
-    pool, projects, users, token, session_key = seed()
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
+
+def measure(args, stack: harness.Stack) -> None:
+    sizes = [int(x) for x in args.sizes.split(",")]
     table: dict[str, dict[int, tuple[float, float, str]]] = {}
     before: dict[str, dict[int, tuple[float, float, str]]] = {}
-    stored = 0
-    web = None
-    try:
+    with harness.scratch_database(DATABASE_URL, keep=args.keep):
+        setup_django()
+        pool, projects, users, token, session_key = seed()
+        port = harness.free_port()
+        base = f"http://127.0.0.1:{port}"
+        stored = 0
+        web = None
         for size in sizes:
             took = grow(pool, projects, users, stored, size)
             stored = size
@@ -326,36 +273,31 @@ def main() -> None:
                 f"{size:>9,} jobs stored (+{took:.1f} s bulk insert + VACUUM ANALYZE)", flush=True
             )
             if web is None:
-                web = start_web(port, args.conn_max_age, workdir / "web.log")
-                time.sleep(3)
-            for label, p50, p99, shown in measure(base, token, session_key, args.requests, size):
+                web = start_web(stack, port, args.conn_max_age)
+            for label, p50, p99, shown in measure_requests(
+                base, token, session_key, args.requests, size
+            ):
                 table.setdefault(label, {})[size] = (p50, p99, shown)
                 print(
                     f"  {label:<26} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  count {shown}", flush=True
                 )
+                harness.figure(f"{label} at {size:,} p50", p50, "ms")
+                harness.figure(f"{label} at {size:,} p99", p99, "ms")
             if args.baseline:
-                stop(web)
+                stack.stop(web)
                 swap_indexes(NEW_INDEXES, OLD_INDEXES)
-                old = start_web(port, 0, workdir / "web-before.log", code=args.baseline)
-                time.sleep(3)
+                old = start_web(stack, port, 0, code=args.baseline, label="web-before")
                 try:
-                    rows = measure(base, token, session_key, args.requests, size, kinds=5)
+                    rows = measure_requests(base, token, session_key, args.requests, size, kinds=5)
                 finally:
-                    stop(old)
+                    stack.stop(old)
                     swap_indexes(OLD_INDEXES, NEW_INDEXES)
                 for label, p50, p99, shown in rows:
                     before.setdefault(label, {})[size] = (p50, p99, shown)
                     print(f"  before: {label:<18} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  {shown}")
-                web = start_web(port, args.conn_max_age, workdir / "web.log")
-                time.sleep(3)
-    finally:
+                web = start_web(stack, port, args.conn_max_age)
         if web is not None:
-            stop(web)
-        from django.db import connections
-
-        connections.close_all()
-        if not args.keep:
-            drop_database()
+            stack.stop(web)
 
     print()
     print(
@@ -374,4 +316,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

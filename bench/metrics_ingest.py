@@ -11,44 +11,22 @@
 
     .venv/bin/python bench/metrics_ingest.py [--sweeps 240] [--nodes 100]
 
-Uses its own database (gpportal_bench_metrics, or BENCH_DATABASE_URL).
+Uses its own database (gpportal_bench_metrics, or BENCH_DATABASE_URL), made afresh each run: the
+stored bytes are measured on an empty table (a reused one kept the last run's 24 h job, and
+--runs' stored-bytes figures grew run after run).
 """
 
-import argparse
-import os
 import statistics
 import sys
 import time
 import zlib
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-DB_NAME = "gpportal_bench_metrics"
-DATABASE_URL = os.environ.get("BENCH_DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{DB_NAME}")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import _harness as harness
+
+DATABASE_URL = harness.database_url("gpportal_bench_metrics")
 GPUS = 8
-
-
-def ensure_database() -> None:
-    import psycopg
-
-    admin_url = DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
-    name = DATABASE_URL.rsplit("/", 1)[1]
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
-
-
-def setup_django() -> None:
-    os.environ["DATABASE_URL"] = DATABASE_URL
-    os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings"
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def seed(nodes: int):
@@ -121,11 +99,7 @@ def backend_cpu_seconds() -> float:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return harness.cpu_seconds(pid)
 
 
 def table_bytes(resolution: int | None = None) -> int:
@@ -137,13 +111,17 @@ def table_bytes(resolution: int | None = None) -> int:
         return cursor.fetchone()[0]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> int:
+    parser = harness.make_parser(__doc__, short={"sweeps": 8, "nodes": 10})
     parser.add_argument("--sweeps", type=int, default=240, help="15-s sweeps (240 = one hour)")
     parser.add_argument("--nodes", type=int, default=100)
-    args = parser.parse_args()
-    ensure_database()
-    setup_django()
+    args = harness.parse_args(parser)
+    return harness.run(args, measure)
+
+
+def measure(args, stack: harness.Stack) -> None:
+    harness.recreate_database(DATABASE_URL)
+    harness.setup_django(database_url=DATABASE_URL)
     from django.db import connection
 
     from gpumetrics import codec, services
@@ -194,6 +172,12 @@ def main() -> None:
         f"({raw_bytes / (stored_values / WIDTH):.1f} bytes per GPU sample of {WIDTH} series; "
         f"{raw_bytes / 1e6:.1f} MB after VACUUM FULL; target ≤ 16)"
     )
+    harness.figure("exposition samples per CPU-second", exposition_samples / cpu, "/s")
+    harness.figure(
+        "DCGM field samples per CPU-second with PostgreSQL's", parsed / (cpu + db_cpu), "/s"
+    )
+    harness.figure("time per sweep", wall / args.sweeps * 1000, "ms")
+    harness.figure("raw bytes per stored series value", raw_bytes / stored_values, "B")
     # 2. rollups
     from jobs.models import Job
 
@@ -264,7 +248,9 @@ def main() -> None:
         f"max {max(timings) * 1000:.1f} ms (target ≤ 50 ms); with a new database connection "
         f"each time: median {statistics.median(cold) * 1000:.1f} ms"
     )
+    harness.figure("24 h query median", statistics.median(timings) * 1000, "ms")
+    harness.figure("24 h query median, new connection", statistics.median(cold) * 1000, "ms")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

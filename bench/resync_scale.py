@@ -19,44 +19,17 @@ Set PORTAL_PUBSUB_URL to include the live notices (Redis pub/sub) of the moves.
         [--compare-unpaged]
 """
 
-import argparse
 import collections
-import os
 import sys
-import tempfile
 import time
 import tracemalloc
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-DATABASE_URL = os.environ.get(
-    "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gp_bench_resync"
-)
-DB_NAME = DATABASE_URL.rsplit("/", 1)[1]
-ADMIN_URL = DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import _harness as harness
+
+DATABASE_URL = harness.database_url("gp_bench_resync")
 IMAGE = "nvcr.io/nvidia/pytorch:24.08-py3"
-
-
-def admin(sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(sql)
-
-
-def setup_django(kubeconfig: Path) -> None:
-    os.environ["DATABASE_URL"] = DATABASE_URL
-    os.environ["KUBECONFIG"] = str(kubeconfig)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings"
-    os.environ["PORTAL_KUBE_QPS"] = "0"
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def seed(projects: int, jobs: int):
@@ -217,7 +190,7 @@ def one_pass(page_size: int, *, trace: bool):
     return took, counter, counts, peak
 
 
-def measure(label: str, size: int, projects: int, *, before, memory: bool = True) -> dict:
+def measure_pass(label: str, size: int, projects: int, *, before, memory: bool = True) -> dict:
     """Time a pass (calls counted), then repeat it under tracemalloc for the peak memory."""
     before()
     took, counter, counts, _ = one_pass(size, trace=False)
@@ -235,11 +208,14 @@ def measure(label: str, size: int, projects: int, *, before, memory: bool = True
         f"{f'{peak / 2**20:.1f} MiB' if memory else 'not measured'}; {counts}",
         flush=True,
     )
+    harness.figure(f"{label} pass", took, "s")
+    if memory:
+        harness.figure(f"{label} peak Python memory", peak / 2**20, "MiB")
     return counts
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> int:
+    parser = harness.make_parser(__doc__, short={"jobs": 500, "projects": 10})
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--projects", type=int, default=100)
     parser.add_argument("--page-size", type=int, default=500)
@@ -249,62 +225,55 @@ def main() -> None:
     parser.add_argument(
         "--compare-unpaged", action="store_true", help="also run with one unpaged LIST per call"
     )
-    args = parser.parse_args()
+    args = harness.parse_args(parser)
+    return harness.run(args, measure)
 
-    from kubesim.testing import KubesimProcess
 
-    admin(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
-    admin(f'CREATE DATABASE "{DB_NAME}"')
-    workdir = Path(tempfile.mkdtemp(prefix="bench-resync-"))
-    try:
-        with KubesimProcess(no_cluster=True, workdir=workdir / "ks") as ks:
-            setup_django(ks.kubeconfig)
-            from django.conf import settings
+def measure(args, stack: harness.Stack) -> None:
+    with harness.scratch_database(DATABASE_URL):
+        ks = stack.kubesim(no_cluster=True)
+        harness.setup_django(database_url=DATABASE_URL, KUBECONFIG=ks.kubeconfig, PORTAL_KUBE_QPS=0)
+        from django.conf import settings
 
-            from jobs.models import Job, JobEvent
-            from quotas.sync import sync_quota_objects
+        from jobs.models import Job, JobEvent
+        from quotas.sync import sync_quota_objects
 
-            seed(args.projects, args.jobs)
-            sync_quota_objects()
-            created = create_cluster_objects(ks)
-            print(
-                f"{args.jobs:,} queued jobs in {args.projects} namespaces; their batch Jobs "
-                f"created in kubesim, each reporting a running pod, in {created:.1f} s; live "
-                f"notices {'on' if settings.PORTAL_PUBSUB_URL else 'off'}",
-                flush=True,
+        seed(args.projects, args.jobs)
+        sync_quota_objects()
+        created = create_cluster_objects(ks)
+        print(
+            f"{args.jobs:,} queued jobs in {args.projects} namespaces; their batch Jobs "
+            f"created in kubesim, each reporting a running pod, in {created:.1f} s; live "
+            f"notices {'on' if settings.PORTAL_PUBSUB_URL else 'off'}",
+            flush=True,
+        )
+        variants = [("paged", args.page_size)]
+        if args.compare_unpaged:
+            variants.append(("unpaged", 1_000_000))
+        for label, size in variants:
+            events = JobEvent.objects.count()
+            counts = measure_pass(
+                f"all-move {label}",
+                size,
+                args.projects,
+                before=reset_to_queued,
+                memory=not args.skip_memory,
             )
-            variants = [("paged", args.page_size)]
-            if args.compare_unpaged:
-                variants.append(("unpaged", 1_000_000))
-            for label, size in variants:
-                events = JobEvent.objects.count()
-                counts = measure(
-                    f"all-move {label}",
-                    size,
-                    args.projects,
-                    before=reset_to_queued,
-                    memory=not args.skip_memory,
-                )
-                moved = Job.objects.filter(state="running").count()
-                assert counts["moved"] == args.jobs == moved, (counts, moved)
-                # one event per job that moved, in each pass (timed, traced)
-                passes = 1 if args.skip_memory else 2
-                assert JobEvent.objects.count() - events == passes * args.jobs
-                counts = measure(
-                    f"steady {label}",
-                    size,
-                    args.projects,
-                    before=lambda: None,
-                    memory=not args.skip_memory,
-                )
-                assert (counts["moved"], counts["unchanged"]) == (0, args.jobs), counts
-            print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-            from django.db import connections
-
-            connections.close_all()
-    finally:
-        admin(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
+            moved = Job.objects.filter(state="running").count()
+            assert counts["moved"] == args.jobs == moved, (counts, moved)
+            # one event per job that moved, in each pass (timed, traced)
+            passes = 1 if args.skip_memory else 2
+            assert JobEvent.objects.count() - events == passes * args.jobs
+            counts = measure_pass(
+                f"steady {label}",
+                size,
+                args.projects,
+                before=lambda: None,
+                memory=not args.skip_memory,
+            )
+            assert (counts["moved"], counts["unchanged"]) == (0, args.jobs), counts
+        stack.stop(ks)  # before the database goes
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

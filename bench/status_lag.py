@@ -18,21 +18,16 @@ the jobs itself
     .venv/bin/python bench/status_lag.py [--jobs 500] [--nodes 16] [--run-seconds 10]
 """
 
-import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-DB_NAME = "gpportal_statuslag"
-DATABASE_URL = os.environ.get("BENCH_DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{DB_NAME}")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import _harness as harness
+
+DATABASE_URL = harness.database_url("gpportal_statuslag")
 H100 = "NVIDIA-H100-80GB-HBM3"
 CLUSTER = """apiVersion: kubesim.dev/v1
 kind: Cluster
@@ -48,29 +43,14 @@ pools:
 """
 
 
-def ensure_database() -> None:
-    import psycopg
-
-    admin_url = DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,)).fetchone():
-            conn.execute(f'CREATE DATABASE "{DB_NAME}"')
-
-
 def setup_django(kubeconfig: Path) -> None:
-    os.environ["DATABASE_URL"] = DATABASE_URL
-    os.environ["KUBECONFIG"] = str(kubeconfig)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings"
-    os.environ["PORTAL_KUBE_QPS"] = "0"
-    os.environ["PORTAL_PUBSUB_URL"] = ""
-    os.environ["CELERY_BROKER_URL"] = "memory://"  # the bench applies jobs itself
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    harness.setup_django(
+        database_url=DATABASE_URL,
+        KUBECONFIG=kubeconfig,
+        PORTAL_KUBE_QPS=0,
+        PORTAL_PUBSUB_URL="",
+        CELERY_BROKER_URL="memory://",  # the bench applies jobs itself
+    )
     from django.conf import settings
 
     settings.PORTAL_KUBE_POOL_SIZE = 32  # the observer holds one stream per collection
@@ -149,67 +129,42 @@ def make_observer():
     return Observer
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
-
-
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
+    parser = harness.make_parser(__doc__, short={"jobs": 20, "run_seconds": 3.0})
     parser.add_argument("--jobs", type=int, default=500)
     parser.add_argument("--nodes", type=int, default=16)
     parser.add_argument("--run-seconds", type=float, default=10.0)
     parser.add_argument("--timeout", type=float, default=900.0)
-    args = parser.parse_args()
-
-    from kubesim.testing import KubesimProcess, shared_crds_dir
-
-    ensure_database()
-    workdir = Path(tempfile.mkdtemp(prefix="status-lag-"))
-    cluster = workdir / "cluster.yaml"
-    cluster.write_text(CLUSTER.format(nodes=args.nodes))
-    with KubesimProcess(
-        crds=[shared_crds_dir()], cluster=cluster, speed=1.0, workdir=workdir / "ks"
-    ) as ks:
-        setup_django(ks.kubeconfig)
-        user, project = seed(args.nodes)
-        health = workdir / "watcher.json"
-        env = {
-            **os.environ,
-            "DATABASE_URL": DATABASE_URL,
-            "KUBECONFIG": str(ks.kubeconfig),
-            "PORTAL_PUBSUB_URL": "",
-            "PYTHONPATH": str(REPO),
-            "PORTAL_WATCHER_LEASE_NAME": f"lag-{time.time_ns()}",
-        }
-        watcher = subprocess.Popen(
-            [sys.executable, "manage.py", "watch_cluster", "--health-file", str(health)],
-            cwd=REPO,
-            env=env,
-            stdout=open(workdir / "watcher.log", "wb"),  # noqa: SIM115 - lives with the process
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            return run(args, ks, watcher, health, user, project)
-        finally:
-            watcher.terminate()
-            watcher.wait(20)
+    args = harness.parse_args(parser)
+    return harness.run(args, measure)
 
 
-def _heartbeat(health: Path) -> dict:
-    try:
-        return json.loads(health.read_text())
-    except (OSError, ValueError):
-        return {}
+def measure(args, stack: harness.Stack) -> int:
+    from kubesim.testing import shared_crds_dir
+
+    harness.ensure_database(DATABASE_URL)
+    ks = stack.kubesim(
+        crds=[shared_crds_dir()], cluster=CLUSTER.format(nodes=args.nodes), speed=1.0
+    )
+    setup_django(ks.kubeconfig)
+    user, project = seed(args.nodes)
+    env = harness.portal_env(
+        database_url=DATABASE_URL,
+        kubeconfig=ks.kubeconfig,
+        kube_qps=None,
+        production=False,
+        extra={"PORTAL_PUBSUB_URL": "", "PORTAL_WATCHER_LEASE_NAME": f"lag-{time.time_ns()}"},
+    )
+    watcher = stack.watcher(env)
+    return run(args, watcher, user, project)
 
 
-def run(args, ks, watcher, health, user, project) -> int:
+def run(args, watcher: harness.Watcher, user, project) -> int:
     from jobs.models import Job, JobEvent
     from jobs.reconcile.services import job_reconcile
     from jobs.services import job_submit
@@ -217,12 +172,11 @@ def run(args, ks, watcher, health, user, project) -> int:
     from jobs.watcher.informer import Informer
     from jobs.watcher.runner import COLLECTIONS
 
-    deadline = time.monotonic() + 60
-    while not _heartbeat(health).get("leader"):
-        if time.monotonic() > deadline or watcher.poll() is not None:
-            print("the watcher did not start; see its log", file=sys.stderr)
-            return 1
-        time.sleep(0.2)
+    try:
+        watcher.wait_leader(60)
+    except RuntimeError:
+        print(f"the watcher did not start; see {watcher.log}", file=sys.stderr)
+        return 1
     time.sleep(2)  # its first lists are done
     stop = threading.Event()
     observer = make_observer()(stop)
@@ -232,8 +186,8 @@ def run(args, ks, watcher, health, user, project) -> int:
         informer.start()
     for informer in informers:
         informer.synced.wait(30)
-    cpu_before = cpu_seconds(watcher.pid)
-    events_before = _heartbeat(health).get("processed", 0)
+    cpu_before = harness.cpu_seconds(watcher.pid)
+    events_before = watcher.heartbeat().get("processed", 0)
 
     started = time.monotonic()
     body = {
@@ -257,8 +211,8 @@ def run(args, ks, watcher, health, user, project) -> int:
         time.sleep(1)
     elapsed = time.monotonic() - started
     time.sleep(2)
-    cpu = cpu_seconds(watcher.pid) - cpu_before
-    events = _heartbeat(health).get("processed", 0) - events_before
+    cpu = harness.cpu_seconds(watcher.pid) - cpu_before
+    events = watcher.heartbeat().get("processed", 0) - events_before
     stop.set()
     print(f"{done}/{len(ids)} jobs finished in {elapsed:.1f}s")
 
@@ -279,13 +233,17 @@ def run(args, ks, watcher, health, user, project) -> int:
         f"p99 {percentile(lags, 99):.3f}s, max {max(lags):.3f}s, "
         f"mean {statistics.mean(lags):.3f}s  (targets: p95 ≤ 1 s, p99 ≤ 2 s)"
     )
-    own = _heartbeat(health).get("write_lag")
+    own = watcher.heartbeat().get("write_lag")
     print(f"the watcher's own share (change received → state written): {own}")
     per_thousand = cpu / events * 1000 if events else float("nan")
     print(
         f"watcher CPU: {cpu:.1f}s for {events} watch events = {per_thousand:.2f} CPU-s per 1,000 "
         "events"
     )
+    harness.figure("status lag p50", percentile(lags, 50), "s")
+    harness.figure("status lag p95", percentile(lags, 95), "s")
+    harness.figure("status lag p99", percentile(lags, 99), "s")
+    harness.figure("watcher CPU per 1,000 events", per_thousand, "s")
     return 0 if done == len(ids) else 1
 
 

@@ -19,46 +19,18 @@ db 12, and starts kubesim (API only, CRDs loaded), gunicorn and Celery workers i
     .venv/bin/python bench/submit.py [--jobs 1000] [--projects 10] [--workers 2] [--sweep]
 """
 
-import argparse
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-DB_NAME = "gpportal_bench"
-DATABASE_URL = os.environ.get("BENCH_DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{DB_NAME}")
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import _harness as harness
+
+DATABASE_URL = harness.database_url("gpportal_bench")
+REDIS_URL = harness.redis_url(12)
 IMAGE = "nvcr.io/nvidia/pytorch:24.08-py3"
-
-
-def ensure_database() -> None:
-    import psycopg
-
-    base, name = DATABASE_URL.rsplit("/", 1)  # BENCH_DATABASE_URL may name another database
-    with psycopg.connect(base + "/postgres", autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{name}"')
-
-
-def setup_django(kubeconfig: Path) -> None:
-    os.environ["DATABASE_URL"] = DATABASE_URL
-    os.environ["CELERY_BROKER_URL"] = REDIS_URL
-    os.environ["KUBECONFIG"] = str(kubeconfig)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings"
-    os.environ["PORTAL_KUBE_QPS"] = "0"  # the bench's own polling must not be paced
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def seed(projects: int):
@@ -67,7 +39,7 @@ def seed(projects: int):
     from knox.models import AuthToken
 
     from jobs.models import Job, JobArray, JobEvent
-    from quotas.models import GpuPool, PriorityClass, ProjectQuota
+    from quotas.models import GpuPool, ProjectQuota
     from tenants.models import Department, Membership, Project
 
     JobEvent.objects.all().delete()
@@ -85,13 +57,7 @@ def seed(projects: int):
             "gpus_per_node": 8,
         },
     )
-    from quotas.priority_defaults import PRIORITY_CLASSES
-
-    for default in PRIORITY_CLASSES:  # the values every install gets (the seed migration's)
-        PriorityClass.objects.get_or_create(
-            name=default.name,
-            defaults={"value": default.value, "preemptible": default.preemptible},
-        )
+    harness.ensure_priority_classes()
     user, _ = get_user_model().objects.get_or_create(username="bench")
     slugs = []
     for i in range(projects):
@@ -103,53 +69,6 @@ def seed(projects: int):
         slugs.append(project.slug)
     _, token = AuthToken.objects.create(user)
     return slugs, token
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def child_env(kubeconfig: Path, qps: float) -> dict:
-    return {
-        **os.environ,
-        "DATABASE_URL": DATABASE_URL,
-        "CELERY_BROKER_URL": REDIS_URL,
-        "KUBECONFIG": str(kubeconfig),
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "PORTAL_KUBE_QPS": str(qps),
-        "PYTHONPATH": str(REPO),
-        "DEBUG": "false",
-        "SECRET_KEY": "bench-only-secret-key-not-for-production-use-0123456789",
-        "SECURE_SSL_REDIRECT": "false",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "LOG_LEVEL": "WARNING",
-        # Persistent database connections, as production should run.
-        "CONN_MAX_AGE": "60",
-    }
-
-
-def start(argv: list[str], env: dict, log: Path, ready: bytes | None = None) -> subprocess.Popen:
-    out = open(log, "ab")  # noqa: SIM115 - the child keeps it
-    process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while ready and ready not in log.read_bytes():
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"{argv[0]} did not start:\n{log.read_text()[-2000:]}")
-        time.sleep(0.2)
-    return process
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def count_jobs(namespaces: list[str]) -> int:
@@ -237,8 +156,8 @@ def direct_rate(count: int, slugs: list[str]) -> float:
     return count / (time.perf_counter() - t0)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> int:
+    parser = harness.make_parser(__doc__, short={"jobs": 50, "projects": 2})
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--projects", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
@@ -247,126 +166,110 @@ def main() -> None:
     parser.add_argument(
         "--sweep", action="store_true", help="one N-element array POST vs N single POSTs"
     )
-    args = parser.parse_args()
+    args = harness.parse_args(parser)
+    return harness.run(args, measure)
 
-    from kubesim.testing import KubesimProcess
 
-    ensure_database()
-    workdir = Path(tempfile.mkdtemp(prefix="bench-submit-"))
-    with KubesimProcess(no_cluster=True, workdir=workdir / "ks") as ks:
-        setup_django(ks.kubeconfig)
-        import redis
+def measure(args, stack: harness.Stack) -> None:
+    harness.ensure_database(DATABASE_URL)
+    ks = stack.kubesim(no_cluster=True)
+    harness.setup_django(
+        database_url=DATABASE_URL,
+        CELERY_BROKER_URL=REDIS_URL,
+        KUBECONFIG=ks.kubeconfig,
+        PORTAL_KUBE_QPS=0,  # the bench's own polling must not be paced
+    )
+    harness.flush_redis(REDIS_URL)
+    from quotas.sync import sync_quota_objects
 
-        redis.Redis.from_url(REDIS_URL).flushdb()
-        from quotas.sync import sync_quota_objects
+    slugs, token = seed(args.projects)
+    sync_quota_objects()
+    namespaces = [f"gp-{s}" for s in slugs]
 
-        slugs, token = seed(args.projects)
-        sync_quota_objects()
-        namespaces = [f"gp-{s}" for s in slugs]
-        port = free_port()
-        base_url = f"http://127.0.0.1:{port}"
-        bin_dir = Path(sys.executable).parent
-        web = start(
-            [
-                str(bin_dir / "gunicorn"),
-                "portal.wsgi:application",
-                "-b",
-                f"127.0.0.1:{port}",
-                "-w",
-                "2",
-                "--log-level",
-                "warning",
-            ],
-            child_env(ks.kubeconfig, 0),
-            workdir / "web.log",
+    def env(qps: float) -> dict:
+        return harness.portal_env(
+            database_url=DATABASE_URL,
+            redis_url=REDIS_URL,
+            kubeconfig=ks.kubeconfig,
+            kube_qps=qps,
+            # Persistent database connections, as production should run.
+            extra={"CONN_MAX_AGE": "60"},
         )
-        time.sleep(2)
 
-        def worker(qps: float, n: int) -> subprocess.Popen:
-            return start(
-                [
-                    str(bin_dir / "celery"),
-                    "-A",
-                    "portal",
-                    "worker",
-                    "-l",
-                    "INFO",
-                    "-c",
-                    str(args.workers),
-                    "--without-gossip",
-                    "--without-mingle",
-                    "--without-heartbeat",
-                    "-n",
-                    f"bench{n}@%h",
-                ],
-                child_env(ks.kubeconfig, qps),
-                workdir / f"worker-{n}.log",
-                ready=b" ready.",
-            )
+    web = stack.web(env(0), workers=args.web)
+    base_url = web.url
 
-        if args.sweep:
-            try:
-                sweep_bench(args, base_url, token, slugs, namespaces, worker)
-            finally:
-                stop(web)
-            return
-        try:
-            # 1. Pacing off: POST → object in the cluster.
-            celery = worker(0, 1)
-            t0 = time.monotonic()
-            post_jobs(base_url, token, slugs, args.jobs, "off", clients=args.clients)
-            posted = time.monotonic()
-            done = wait_for_count(namespaces, args.jobs)
-            portal_rate = args.jobs / (done - t0)
-            stop(celery)
+    def worker(qps: float, n: int):
+        return stack.worker(
+            env(qps), concurrency=args.workers, name=f"bench{n}", label=f"worker-{n}"
+        )
 
-            # 1b. Where the time goes: the worker alone draining a queued backlog, pacing off.
-            redis.Redis.from_url(REDIS_URL).flushdb()
-            post_jobs(base_url, token, slugs, args.jobs, "worker", clients=args.clients)
-            celery = worker(0, 3)
-            t2 = time.monotonic()
-            worker_rate = args.jobs / (wait_for_count(namespaces, 2 * args.jobs) - t2)
-            stop(celery)
-            post_rate = args.jobs / (posted - t0)
+    if args.sweep:
+        sweep_bench(args, stack, base_url, token, slugs, namespaces, worker)
+        return
+    # 1. Pacing off: POST → object in the cluster.
+    celery = worker(0, 1)
+    t0 = time.monotonic()
+    post_jobs(base_url, token, slugs, args.jobs, "off", clients=args.clients)
+    posted = time.monotonic()
+    done = wait_for_count(namespaces, args.jobs)
+    portal_rate = args.jobs / (done - t0)
+    stack.stop(celery)
 
-            # 2. The same backlog with the default pacing: queue everything, then drain.
-            redis.Redis.from_url(REDIS_URL).flushdb()
-            # One client, sequential: the latency of a POST on its own.
-            latencies = post_jobs(base_url, token, slugs, args.jobs, "paced")
-            celery = worker(20, 2)
-            t1 = time.monotonic()
-            drained = wait_for_count(namespaces, 3 * args.jobs) - t1
-            stop(celery)
-        finally:
-            stop(web)
+    # 1b. Where the time goes: the worker alone draining a queued backlog, pacing off.
+    harness.flush_redis(REDIS_URL)
+    post_jobs(base_url, token, slugs, args.jobs, "worker", clients=args.clients)
+    celery = worker(0, 3)
+    t2 = time.monotonic()
+    worker_rate = args.jobs / (wait_for_count(namespaces, 2 * args.jobs) - t2)
+    stack.stop(celery)
+    post_rate = args.jobs / (posted - t0)
 
-        direct = direct_rate(args.jobs, slugs)
-        ms = sorted(x * 1000 for x in latencies)
-        p50 = statistics.median(ms)
-        p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
-        print(
-            f"jobs: {args.jobs} single-GPU over {args.projects} projects; "
-            f"{args.workers} worker processes; kubesim API only (--no-cluster)"
-        )
-        print(
-            f"portal, pacing off: {portal_rate:8.1f} jobs/s POST→object in cluster "
-            f"(POSTs done after {posted - t0:.1f} s)"
-        )
-        print(
-            f"  where the time goes: POSTs accepted at {post_rate:.1f}/s ({args.clients} clients, "
-            f"{args.web} web processes, worker alongside); the worker alone drains a queued "
-            f"backlog at {worker_rate:.1f}/s"
-        )
-        print(f"direct python client: {direct:6.1f} objects/s (one thread, create)")
-        print(f"ratio portal/direct: {portal_rate / direct:8.2f}   (target ≥ 0.50)")
-        print(
-            f"drain {args.jobs} queued jobs at default pacing "
-            f"(20/s, burst 40 per process): {drained:.1f} s"
-        )
-        print(
-            f"POST latency: p50 {p50:.1f} ms, p99 {p99:.1f} ms over {len(ms)} POSTs "
-            f"(target p99 ≤ 100 ms)"
-        )
+    # 2. The same backlog with the default pacing: queue everything, then drain.
+    harness.flush_redis(REDIS_URL)
+    # One client, sequential: the latency of a POST on its own.
+    latencies = post_jobs(base_url, token, slugs, args.jobs, "paced")
+    celery = worker(20, 2)
+    t1 = time.monotonic()
+    drained = wait_for_count(namespaces, 3 * args.jobs) - t1
+    stack.stop(celery)
+    stack.stop(web)
+
+    direct = direct_rate(args.jobs, slugs)
+    ms = sorted(x * 1000 for x in latencies)
+    p50 = statistics.median(ms)
+    p99 = harness.percentile(ms, 0.99)
+    print(
+        f"jobs: {args.jobs} single-GPU over {args.projects} projects; "
+        f"{args.workers} worker processes; kubesim API only (--no-cluster)"
+    )
+    print(
+        f"portal, pacing off: {portal_rate:8.1f} jobs/s POST→object in cluster "
+        f"(POSTs done after {posted - t0:.1f} s)"
+    )
+    print(
+        f"  where the time goes: POSTs accepted at {post_rate:.1f}/s ({args.clients} clients, "
+        f"{args.web} web processes, worker alongside); the worker alone drains a queued "
+        f"backlog at {worker_rate:.1f}/s"
+    )
+    print(f"direct python client: {direct:6.1f} objects/s (one thread, create)")
+    print(f"ratio portal/direct: {portal_rate / direct:8.2f}   (target ≥ 0.50)")
+    print(
+        f"drain {args.jobs} queued jobs at default pacing "
+        f"(20/s, burst 40 per process): {drained:.1f} s"
+    )
+    print(
+        f"POST latency: p50 {p50:.1f} ms, p99 {p99:.1f} ms over {len(ms)} POSTs "
+        f"(target p99 ≤ 100 ms)"
+    )
+    harness.figure("portal, pacing off", portal_rate, "jobs/s")
+    harness.figure("POSTs accepted", post_rate, "/s")
+    harness.figure("worker alone drains", worker_rate, "/s")
+    harness.figure("direct python client", direct, "objects/s")
+    harness.figure("ratio portal/direct", portal_rate / direct)
+    harness.figure("drain at default pacing", drained, "s")
+    harness.figure("POST latency p50", p50, "ms")
+    harness.figure("POST latency p99", p99, "ms")
 
 
 def post_array(base_url: str, token: str, slug: str, count: int, tag: str) -> float:
@@ -394,9 +297,7 @@ def post_array(base_url: str, token: str, slug: str, count: int, tag: str) -> fl
     return time.perf_counter() - t0
 
 
-def sweep_bench(args, base_url, token, slugs, namespaces, worker) -> None:
-    import redis
-
+def sweep_bench(args, stack, base_url, token, slugs, namespaces, worker) -> None:
     from tenants.models import Project
 
     n = args.jobs
@@ -411,14 +312,14 @@ def sweep_bench(args, base_url, token, slugs, namespaces, worker) -> None:
     t1 = time.monotonic()
     sweep_post = post_array(base_url, token, slugs[0], n, "sweep-off")
     sweep_s = wait_for_count(namespaces, 2 * n) - t1
-    stop(celery)
+    stack.stop(celery)
     # 3. The same array at the default pacing (20 requests/s, bursts of 40, per process).
-    redis.Redis.from_url(REDIS_URL).flushdb()
+    harness.flush_redis(REDIS_URL)
     celery = worker(20, 2)
     t2 = time.monotonic()
     paced_post = post_array(base_url, token, slugs[1 % len(slugs)], n, "sweep-paced")
     paced_s = wait_for_count(namespaces, 3 * n) - t2
-    stop(celery)
+    stack.stop(celery)
     direct = direct_rate(n, slugs)
     sweep_rate = n / sweep_s
     print(
@@ -440,7 +341,13 @@ def sweep_bench(args, base_url, token, slugs, namespaces, worker) -> None:
         f"the same array at the default pacing (20/s, burst 40 per process): {paced_s:.1f} s "
         f"= {n / paced_s:.1f} jobs/s (the POST {paced_post * 1000:.0f} ms)"
     )
+    harness.figure("single POSTs", single_rate, "jobs/s")
+    harness.figure("one array POST", sweep_rate, "jobs/s")
+    harness.figure("direct python client", direct, "objects/s")
+    harness.figure("ratio sweep/single", sweep_rate / single_rate)
+    harness.figure("ratio sweep/direct", sweep_rate / direct)
+    harness.figure("array at the default pacing", paced_s, "s")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

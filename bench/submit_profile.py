@@ -3,7 +3,7 @@
 In one process (no HTTP server: bench/submit.py measures that), against PostgreSQL, Redis and
 kubesim (API only, CRDs loaded), with persistent connections:
   1. N POSTs of a single-GPU job through the real URL stack (DRF test client, token auth);
-  2. N reconciles of those jobs (`jobs.reconcile.services.job_reconcile`, the task's body).
+  2. N reconciles of those jobs (`jobs.reconcile.job_reconcile`, the task's body).
 Each is split into database time (every query, timed by an execute wrapper), Kubernetes API
 time (every call of portal.kube.apply), Celery enqueue (the broker send) and the Python that
 remains, whose largest parts come from cProfile (a second, profiled round). The floor is what
@@ -15,64 +15,30 @@ Uses its own database (gp_bench_profile, dropped afterwards) and BENCH_REDIS_URL
 redis://127.0.0.1:6379/12).
 """
 
-import argparse
 import cProfile
 import io
-import os
 import pstats
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-DATABASE_URL = os.environ.get(
-    "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gp_bench_profile"
-)
-DB_NAME = DATABASE_URL.rsplit("/", 1)[1]
-ADMIN_URL = DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import _harness as harness
+
+REPO = harness.REPO
+DATABASE_URL = harness.database_url("gp_bench_profile")
+REDIS_URL = harness.redis_url(12)
 IMAGE = "nvcr.io/nvidia/pytorch:24.08-py3"
-
-
-def admin(sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(sql)
-
-
-def setup_django(kubeconfig: Path) -> None:
-    os.environ.update(
-        DATABASE_URL=DATABASE_URL,
-        CELERY_BROKER_URL=REDIS_URL,
-        KUBECONFIG=str(kubeconfig),
-        DJANGO_SETTINGS_MODULE="portal.settings",
-        PORTAL_KUBE_QPS="0",
-        DEBUG="false",
-        SECURE_SSL_REDIRECT="false",
-        ALLOWED_HOSTS="testserver,127.0.0.1",
-        SECRET_KEY="bench-only-secret-key-not-for-production-use-0123456789",
-    )
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def seed():
     from django.contrib.auth import get_user_model
     from knox.models import AuthToken
 
-    from quotas.models import GpuPool, PriorityClass, ProjectQuota
-    from quotas.priority_defaults import PRIORITY_CLASSES
+    from quotas.models import GpuPool, ProjectQuota
     from tenants.models import Department, Membership, Project
 
     department = Department.objects.create(slug="prof", name="Profile")
@@ -84,11 +50,7 @@ def seed():
         node_count=1000,
         gpus_per_node=8,
     )
-    for default in PRIORITY_CLASSES:
-        PriorityClass.objects.get_or_create(
-            name=default.name,
-            defaults={"value": default.value, "preemptible": default.preemptible},
-        )
+    harness.ensure_priority_classes()
     user = get_user_model().objects.create(username="prof")
     project = Project.objects.create(slug="prof-0", name="Prof 0", department=department)
     ProjectQuota.objects.create(project=project, pool=pool, resource="gpu", nominal=8000)
@@ -206,75 +168,81 @@ def top_functions(profile: cProfile.Profile, prefixes: tuple[str, ...], n: int =
         print(f"    {cumulative * 1000:9.1f} ms cumulative  {where}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> int:
+    parser = harness.make_parser(__doc__, short={"jobs": 30})
     parser.add_argument("--jobs", type=int, default=300)
-    args = parser.parse_args()
+    args = harness.parse_args(parser)
+    return harness.run(args, measure)
 
-    from kubesim.testing import KubesimProcess
 
-    admin(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
-    admin(f'CREATE DATABASE "{DB_NAME}"')
-    workdir = Path(tempfile.mkdtemp(prefix="bench-profile-"))
-    try:
-        with KubesimProcess(no_cluster=True, workdir=workdir / "ks") as ks:
-            setup_django(ks.kubeconfig)
-            import redis
-            from rest_framework.test import APIClient
+def measure(args, stack: harness.Stack) -> None:
+    with harness.scratch_database(DATABASE_URL):
+        ks = stack.kubesim(no_cluster=True)
+        harness.setup_django(
+            database_url=DATABASE_URL,
+            CELERY_BROKER_URL=REDIS_URL,
+            KUBECONFIG=ks.kubeconfig,
+            PORTAL_KUBE_QPS=0,
+            DEBUG="false",
+            SECURE_SSL_REDIRECT="false",
+            ALLOWED_HOSTS="testserver,127.0.0.1",
+            SECRET_KEY=harness.SECRET_KEY,
+        )
+        from rest_framework.test import APIClient
 
-            from jobs.reconcile.services import job_reconcile
-            from quotas.sync import sync_quota_objects
+        from jobs.reconcile.services import job_reconcile
+        from quotas.sync import sync_quota_objects
 
-            redis.Redis.from_url(REDIS_URL).flushdb()
-            project, token = seed()
-            sync_quota_objects()
-            client = APIClient()
-            client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-            for i in range(20):  # warm-up: imports, connections, caches
-                job_reconcile(job_id=post(client, project, i, "warm"))
+        harness.flush_redis(REDIS_URL)
+        project, token = seed()
+        sync_quota_objects()
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+        for i in range(20):  # warm-up: imports, connections, caches
+            job_reconcile(job_id=post(client, project, i, "warm"))
 
-            posts, reconciles = Split(), Split()
-            ids = []
-            with instrumented(posts):
-                for i in range(args.jobs):
-                    with posts.operation():
-                        ids.append(post(client, project, i, "p"))
-            with instrumented(reconciles):
-                for job_id in ids:
-                    with reconciles.operation():
-                        job_reconcile(job_id=job_id)
-            report("POST /api/v1/jobs/ (in process, no HTTP)", posts)
-            report("reconcile of a submitted job (apply + read back)", reconciles)
+        posts, reconciles = Split(), Split()
+        ids = []
+        with instrumented(posts):
+            for i in range(args.jobs):
+                with posts.operation():
+                    ids.append(post(client, project, i, "p"))
+        with instrumented(reconciles):
+            for job_id in ids:
+                with reconciles.operation():
+                    job_reconcile(job_id=job_id)
+        report("POST /api/v1/jobs/ (in process, no HTTP)", posts)
+        report("reconcile of a submitted job (apply + read back)", reconciles)
 
-            n = min(100, args.jobs)
-            profile = cProfile.Profile()
-            profile.enable()
-            more = [post(client, project, i, "q") for i in range(n)]
-            profile.disable()
-            print(f"\n  POST: largest cumulative Python costs over {n} POSTs")
-            top_functions(profile, ("rest_framework/renderers", "knox/auth"))
-            profile = cProfile.Profile()
-            profile.enable()
-            for job_id in more:
-                job_reconcile(job_id=job_id)
-            profile.disable()
-            print(f"\n  reconcile: largest cumulative Python costs over {n} reconciles")
-            top_functions(profile, ("rest_framework/renderers", "knox/auth"))
+        n = min(100, args.jobs)
+        profile = cProfile.Profile()
+        profile.enable()
+        more = [post(client, project, i, "q") for i in range(n)]
+        profile.disable()
+        print(f"\n  POST: largest cumulative Python costs over {n} POSTs")
+        top_functions(profile, ("rest_framework/renderers", "knox/auth"))
+        profile = cProfile.Profile()
+        profile.enable()
+        for job_id in more:
+            job_reconcile(job_id=job_id)
+        profile.disable()
+        print(f"\n  reconcile: largest cumulative Python costs over {n} reconciles")
+        top_functions(profile, ("rest_framework/renderers", "knox/auth"))
 
-            db_post = statistics.median(posts.ms["database"])
-            db_rec = statistics.median(reconciles.ms["database"])
-            api_rec = statistics.median(reconciles.ms["kubernetes API"])
-            enqueue = statistics.median(posts.ms["celery enqueue"])
-            print(
-                f"\nfloor (Python free): POST {db_post + enqueue:.2f} ms "
-                f"(database + enqueue), reconcile {db_rec + api_rec:.2f} ms (database + API)"
-            )
-            from django.db import connections
-
-            connections.close_all()
-    finally:
-        admin(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
+        db_post = statistics.median(posts.ms["database"])
+        db_rec = statistics.median(reconciles.ms["database"])
+        api_rec = statistics.median(reconciles.ms["kubernetes API"])
+        enqueue = statistics.median(posts.ms["celery enqueue"])
+        print(
+            f"\nfloor (Python free): POST {db_post + enqueue:.2f} ms "
+            f"(database + enqueue), reconcile {db_rec + api_rec:.2f} ms (database + API)"
+        )
+        harness.figure("POST median", statistics.median(posts.ms["total"]), "ms")
+        harness.figure("reconcile median", statistics.median(reconciles.ms["total"]), "ms")
+        harness.figure("POST floor", db_post + enqueue, "ms")
+        harness.figure("reconcile floor", db_rec + api_rec, "ms")
+        stack.stop(ks)  # before the database goes
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
