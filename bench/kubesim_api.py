@@ -26,9 +26,9 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kubernetes import client
+from kubesim.testing import KubesimProcess
 
 from bench import _harness as harness
-from kubesim.testing import KubesimProcess
 
 ECHO_SERVER = r"""
 import asyncio, ssl, sys
