@@ -65,7 +65,7 @@ def seed(nodes: int):
 
 def exposition(node: int, job_id: int, namespace: str, sweep: int) -> str:
     """One node's /metrics: kubesim's renderer format (default counters, 8 GPUs, pod labels)."""
-    from kubesim.controllers.dcgm import COUNTERS, DOUBLE_FIELDS
+    from kubesim.controllers.node.dcgm import COUNTERS, DOUBLE_FIELDS
 
     lines = []
     for field, mtype, help_text in COUNTERS:

@@ -2,7 +2,7 @@
 gang gets exactly one pool, and kubesim's Kueue matches flavors against the affinity as Kueue
 v0.19's flavorassigner does."""
 
-from kubesim.controllers.kueue_engine import Flavor, PodSet, flavor_matches_node_affinity
+from kubesim.controllers.kueue.engine import Flavor, PodSet, flavor_matches_node_affinity
 from kubesim.controllers.scheduler import matches_node_affinity
 
 from jobs.manifests import build_job_manifests, pool_affinity

@@ -3,7 +3,7 @@ queue status (quotas.usage), the log query (jobs.logs.selectors) and kubesim's `
 
 from decimal import Decimal
 
-from kubesim.controllers import shell
+from kubesim.controllers.node import shell
 
 from jobs.logs.selectors import parse_log_query
 from jobs.status import ClusterSnapshot, map_with_pods, oom_killed, pod_record

@@ -11,7 +11,7 @@
   kubernetes.io/dockercfg a `.dockercfg`, kubernetes.io/basic-auth a username or password,
   kubernetes.io/ssh-auth an ssh-privatekey, kubernetes.io/tls tls.crt and tls.key;
 - `docker_auths(secret)`: the registry servers a pull secret holds credentials for (the kubelet's
-  keyring, kubesim.controllers.pod_config).
+  keyring, kubesim.controllers.node.pod_config).
 """
 
 from __future__ import annotations

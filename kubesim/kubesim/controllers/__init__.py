@@ -12,28 +12,27 @@ import sys
 from kubesim.controllers.context import ControllerContext
 
 # Queue controllers owned by the QUEUES part; each module exposes `start(ctx)`.
-QUEUE_CONTROLLERS = ("kubesim.controllers.kueue", "kubesim.controllers.volcano")
+QUEUE_CONTROLLERS = (
+    "kubesim.controllers.kueue.controller",
+    "kubesim.controllers.volcano.controller",
+)
 
 
 async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
     """Build the nodes of the cluster description and start every controller."""
     from kubesim import cluster as cluster_mod
     from kubesim.controllers import (
-        admission,
-        apis,
-        dcgm,
-        defaults,
         disruption,
         endpoints,
         endpointslices,
         faults,
         jobs,
-        kubelet,
-        pod_admission,
         scheduler,
         storage,
         workloads,
     )
+    from kubesim.controllers.apiserver import admission, apis, defaults, pod_admission
+    from kubesim.controllers.node import dcgm, kubelet
 
     path = getattr(options, "cluster", None)
     try:
@@ -81,7 +80,7 @@ async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
         elif isinstance(result, list | tuple):
             ctx.tasks.extend(t for t in result if isinstance(t, asyncio.Task))
     # Kueue's pod integration (its own module, beside the Job integration in kueue.py)
-    from kubesim.controllers import kueue_pods
+    from kubesim.controllers.kueue import pods as kueue_pods
 
     kueue_pods.install(ctx)
     # A task may be appended twice (returned and spawned); keep each once.

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from kubesim.api.errors import ApiError, bad_request, not_found
 from kubesim.controllers import events
-from kubesim.controllers.kubelet import APPLICATION_XIDS
+from kubesim.controllers.node.kubelet import APPLICATION_XIDS
 
 
 async def _body(request: web.Request) -> dict:

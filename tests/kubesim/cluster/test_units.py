@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from kubesim.controllers import scheduler, shell
+from kubesim.controllers import scheduler
+from kubesim.controllers.node import shell
 
 
 def _plan(command, args=None, env=None, default=60.0):
@@ -178,7 +179,7 @@ def test_device_manager_frees_a_deleted_pods_gpus_before_admitting_the_next():
     """A pod bound where a just-deleted pod held all GPUs is admitted (real device manager:
     UpdateAllocatedDevices before Allocate), while a pod that still exists keeps its GPUs."""
     from kubesim.cluster import default_cluster
-    from kubesim.controllers.kubelet import AdmissionError, DeviceManager
+    from kubesim.controllers.node.kubelet import AdmissionError, DeviceManager
 
     def pod(name: str, uid: str) -> dict:
         return {

@@ -11,7 +11,7 @@ import json
 
 import pytest
 from kubesim.api.errors import ApiError
-from kubesim.controllers.kueue import KueueController, workload_name
+from kubesim.controllers.kueue.controller import KueueController, workload_name
 from kubesim.testing import vendored_crds_dir
 
 from .harness import apply_yaml, make_ctx

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kubesim.controllers.kueue_engine import (
+from kubesim.controllers.kueue.engine import (
     IN_CLUSTER_QUEUE,
     IN_COHORT_RECLAMATION,
     ClusterQueue,
@@ -13,7 +13,7 @@ from kubesim.controllers.kueue_engine import (
     ResourceQuota,
     Workload,
 )
-from kubesim.controllers.kueue_quantity import format_milli, requests_of_pod_spec, to_milli
+from kubesim.controllers.kueue.quantity import format_milli, requests_of_pod_spec, to_milli
 
 GPU = "nvidia.com/gpu"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from kubesim.api.errors import ApiError
-from kubesim.controllers.volcano import VolcanoController, min_resources_of
+from kubesim.controllers.volcano.controller import VolcanoController, min_resources_of
 
 from .harness import make_ctx
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from kubesim.api import protobuf, upstream
 from kubesim.api.errors import ApiError
-from kubesim.controllers import pod_security
-from kubesim.controllers.pod_admission import _missing_compute, pod_usage
+from kubesim.controllers.apiserver import pod_security
+from kubesim.controllers.apiserver.pod_admission import _missing_compute, pod_usage
 from kubesim.controllers.workloads import cron_matches, parse_cron
 
 

@@ -23,7 +23,7 @@ import contextlib
 
 from kubesim.api import errors
 from kubesim.api.quantity import Quantity, QuantityError
-from kubesim.controllers import pod_security
+from kubesim.controllers.apiserver import pod_security
 from kubesim.controllers.scheduler import is_terminal
 
 NVIDIA_RUNTIME_CLASS = "nvidia"

@@ -4,7 +4,7 @@ A pod bound to one of the cluster's nodes goes Pending (ContainerCreating) -> Ru
 Succeeded/Failed as a real kubelet reports it: container statuses with state, ready, started,
 restartCount, exitCode and reason; pod conditions; podIP, hostIP, startTime; the events Pulling,
 Pulled, Created, Started, BackOff and Killing. What each container does comes from its command
-(kubesim.controllers.shell).
+(kubesim.controllers.node.shell).
 
 Devices: when a pod is admitted the node's device manager hands its containers concrete GPUs or
 MIG instances (UUIDs), as the NVIDIA device plugin does. The assignment is kept on the node side
@@ -30,8 +30,9 @@ from aiohttp import web
 from kubesim.api.errors import ApiError, bad_request, not_found
 from kubesim.clock import parse_rfc3339, rfc3339
 from kubesim.cluster import SYSTEM_POD_ANNOTATION, Cluster, node_resources, ready_conditions
-from kubesim.controllers import events, pod_config, shell, storage
+from kubesim.controllers import events, storage
 from kubesim.controllers.context import follow
+from kubesim.controllers.node import pod_config, shell
 from kubesim.controllers.scheduler import quantity_units
 
 FIELD_MANAGER = "kubelet"

@@ -191,7 +191,7 @@ class Exporter:
 
         The rule: a running opaque program (anything kubesim's tiny shell does not read, e.g.
         `python train.py` or the image's entrypoint) trains, so its GPUs show a training
-        profile; a script of only `sleep`/`echo`/`exit`/`true` (kubesim.controllers.shell)
+        profile; a script of only `sleep`/`echo`/`exit`/`true` (kubesim.controllers.node.shell)
         never touches the GPU, so its GPUs stay idle although they are held."""
         if holder is None or self.kubelet is None:
             return False, ""

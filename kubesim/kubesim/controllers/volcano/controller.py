@@ -29,7 +29,7 @@ import json
 from kubesim.api.errors import ApiError
 from kubesim.clock import rfc3339
 from kubesim.controllers import events, scheduler
-from kubesim.controllers.kueue_quantity import format_milli, requests_of_pod_spec, to_milli
+from kubesim.controllers.kueue.quantity import format_milli, requests_of_pod_spec, to_milli
 
 JOB_API = "batch.volcano.sh/v1alpha1"
 PG_API = "scheduling.volcano.sh/v1beta1"

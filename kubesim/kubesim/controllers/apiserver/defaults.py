@@ -13,7 +13,7 @@ NODE_PORT_RANGE = (30000, 32767)
 
 def default_template(spec: dict) -> None:
     """SetDefaults_PodSpec on a workload's pod template, as upstream defaults templates too."""
-    from kubesim.controllers.admission import _default_container
+    from kubesim.controllers.apiserver.admission import _default_container
 
     template = spec.get("template")
     if not isinstance(template, dict):

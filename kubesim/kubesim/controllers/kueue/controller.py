@@ -29,8 +29,9 @@ import time
 from kubesim.api.errors import ApiError
 from kubesim.api.selectors import label_selector_from_dict, labels_match
 from kubesim.clock import rfc3339
-from kubesim.controllers import events, kueue_partial
-from kubesim.controllers.kueue_engine import (
+from kubesim.controllers import events
+from kubesim.controllers.kueue import partial as kueue_partial
+from kubesim.controllers.kueue.engine import (
     ClusterQueue,
     Decision,
     Flavor,
@@ -43,7 +44,7 @@ from kubesim.controllers.kueue_engine import (
     cq_path,
     preemption_message,
 )
-from kubesim.controllers.kueue_quantity import format_milli, requests_of_pod_spec, to_milli
+from kubesim.controllers.kueue.quantity import format_milli, requests_of_pod_spec, to_milli
 
 GROUP = "kueue.x-k8s.io"
 API = f"{GROUP}/v1beta2"

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from kubesim.controllers.kueue_quantity import format_milli
+from kubesim.controllers.kueue.quantity import format_milli
 from kubesim.controllers.scheduler import matches_node_affinity
 
 FlavorResource = tuple[str, str]

@@ -10,7 +10,7 @@ pending ones that a smaller count would fit into admissions.
 
 from __future__ import annotations
 
-from kubesim.controllers.kueue_engine import FIT, Decision
+from kubesim.controllers.kueue.engine import FIT, Decision
 
 GROUP = "kueue.x-k8s.io"
 ORIGINAL_PARALLELISM_ANNOTATION = f"{GROUP}/job-original-parallelism"

@@ -1,0 +1,1 @@
+"""Volcano inside kubesim: the vcjob controller and the scheduler's gang session."""
