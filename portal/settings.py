@@ -107,6 +107,14 @@ DATABASES = {
 # transaction mode, see docs/operations/scaling.md).
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
 DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", env.bool("CONN_HEALTH_CHECKS", default=True))
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # The demo's web, worker and watcher write one SQLite file at once: WAL lets readers run
+    # beside a writer, IMMEDIATE takes the write lock at BEGIN (a deferred transaction that
+    # upgrades fails at once with "database is locked"), and a writer waits up to 30 s for it.
+    _sqlite = DATABASES["default"].setdefault("OPTIONS", {})
+    _sqlite.setdefault("transaction_mode", "IMMEDIATE")
+    _sqlite.setdefault("timeout", 30)
+    _sqlite.setdefault("init_command", "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
 # PostgreSQL connection pool per process (psycopg_pool), e.g. 20 for an ASGI web process: each
 # request then borrows a connection instead of opening one, so a burst of page loads or live
 # streams reconnecting cannot exceed the server's max_connections. 0 = no pool.
@@ -227,7 +235,8 @@ if PORTAL_DEFAULT_POD_SECURITY not in ("restricted", "baseline"):
 
 # Celery. The embedded default is a filesystem broker so the demo needs no broker server;
 # production sets CELERY_BROKER_URL=redis://...
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+# (localhost named: kombu warns on every connection of a URL without a host)
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://localhost/")
 _broker_dir = VAR_DIR / "broker"
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {
