@@ -231,6 +231,14 @@ def _node_totals(at: int, attribution) -> None:
             )
 
 
+def _wait_for_ingest() -> None:
+    """Inside a transaction: take the sweep lock (held until commit) so no sweep is stored
+    meanwhile."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext('gpumetrics.ingest'))")
+
+
 def ingest(readings: dict | list[DeviceReading], *, at: int) -> IngestReport:
     """Store one sweep's readings taken at epoch second `at`."""
     devices = list(readings.values()) if isinstance(readings, dict) else list(readings)
@@ -238,10 +246,8 @@ def ingest(readings: dict | list[DeviceReading], *, at: int) -> IngestReport:
     jobs = _job_facts(devices)
     attribution = attribute(devices, jobs)
     with transaction.atomic():
-        if connection.vendor == "postgresql":
-            # Sweeps store one at a time (a slow one and the next beat's may overlap).
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(hashtext('gpumetrics.ingest'))")
+        # Sweeps store one at a time (a slow one and the next beat's may overlap).
+        _wait_for_ingest()
         ids = _upsert_devices(at, attribution.by_job)
         rows = []
         appended: set[int] = set()
@@ -451,6 +457,8 @@ def rollup_job(job: Job, *, cfg: MetricsConfig | None = None) -> JobGpuSummary |
     raw samples. Idempotent: rollups are rewritten whole; runs once (row lock + flag)."""
     cfg = cfg or config()
     with transaction.atomic():
+        # A sweep being stored (it may hold the job's last samples) is finished first.
+        _wait_for_ingest()
         summary, _ = JobGpuSummary.objects.select_for_update().get_or_create(job=job)
         if summary.rolled_up_at is not None:
             return summary
@@ -479,6 +487,16 @@ def rollup_job(job: Job, *, cfg: MetricsConfig | None = None) -> JobGpuSummary |
         JobGpuSummary.objects.filter(pk=job.pk).update(rolled_up_at=timezone.now())
         summary.rolled_up_at = timezone.now()
     return summary
+
+
+def summarise_ended_job(job_id: int) -> bool:
+    """The final summary and rollups of a job that has just ended; False when there is nothing
+    to summarise (no such job, not ended, or no GPU records)."""
+    job = Job.objects.filter(pk=job_id, state__in=TERMINAL).first()
+    if job is None or not JobGpu.objects.filter(job=job).exists():
+        return False
+    rollup_job(job)
+    return True
 
 
 def rollup_finished(*, limit: int = 200) -> int:
