@@ -68,3 +68,39 @@ def test_a_running_transition_enqueues_no_summary(
             job, to="running", expected_from="admitted", reason="Running", source="watcher"
         )
     assert run_enqueued_tasks(SUMMARY_TASK) == []
+
+
+def test_an_eight_gpu_trainer_seen_once_is_too_short_to_judge(
+    make_job, personas, api_client_for, web_client_for
+):
+    from gpumetrics import services
+    from gpumetrics.parsing import DeviceKey, DeviceReading
+    from gpumetrics.series import FB_FREE, FB_USED, POWER, UTIL
+    from jobs.services import job_transition
+
+    job = make_job(state="running", gpus=8)
+    at = int(time.time()) // 15 * 15
+    services.ingest(
+        [
+            DeviceReading(
+                key=DeviceKey("n1", f"GPU-{job.pk}-{i}"),
+                namespace=personas.project_a.namespace,
+                pod=f"gp-job-{job.pk}-abcde",
+                fields={UTIL: 0.0, FB_USED: 500.0, FB_FREE: 79000.0, POWER: 70.0},
+            )
+            for i in range(8)
+        ],
+        at=at,
+    )
+    job_transition(job, to="succeeded", expected_from="running", reason="Completed", source="t")
+    services.summarise_ended_job(job.pk)
+
+    summary = (
+        api_client_for(personas.member).get(f"/api/v1/jobs/{job.pk}/metrics/").json()["summary"]
+    )
+    assert summary["samples"] == 8
+    assert summary["idle_verdict"] == "too_short"
+    assert summary["idle"] is False
+    html = web_client_for(personas.member).get(f"/jobs/{job.pk}/").content.decode()
+    assert "too short to judge" in html
+    assert "idle 100 %" not in html
