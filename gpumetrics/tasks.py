@@ -26,8 +26,17 @@ def collect() -> dict:
 
 
 @shared_task(acks_late=True, ignore_result=True)
+def summarise_ended_job(job_id: int) -> bool:
+    """Enqueued when a job reaches a terminal state: its final summary and rollups at once."""
+    from gpumetrics.services import summarise_ended_job as run
+
+    return run(job_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
 def maintain() -> dict:
-    """Beat, every few minutes: roll up ended jobs, warn about idle running jobs, retention."""
+    """Beat, every few minutes: roll up ended jobs not rolled up yet (their end-of-job task
+    was lost), warn about idle running jobs, retention."""
     from gpumetrics.services import apply_retention, check_idle, rollup_finished
 
     return {

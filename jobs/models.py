@@ -9,7 +9,7 @@ from tenants.models import GangBackend, Project
 
 
 class JobKind(models.TextChoices):
-    SINGLE = "single", "Single GPU"
+    SINGLE = "single", "Single pod"  # 1 to 8 whole GPUs, one pod
     MIG = "mig", "MIG slice"
     GANG = "gang", "Gang (multi-pod)"
 

@@ -90,9 +90,11 @@ def job_transition(
             source=source,
         )
         publish_job_change(job.pk, to)
-        if to in TERMINAL and getattr(job, "array_id", None):
-            # A finished element frees a slot of its array's parallelism.
-            enqueue_array_reconcile(job.array_id)
+        if to in TERMINAL:
+            enqueue_gpu_summary(job.pk)
+            if getattr(job, "array_id", None):
+                # A finished element frees a slot of its array's parallelism.
+                enqueue_array_reconcile(job.array_id)
     job.state, job.state_reason, job.state_message, job.state_changed_at = (
         to,
         reason[:64],
@@ -212,6 +214,9 @@ def _transition_chunk(moves: list[Move], *, source: str, reconciled: bool) -> li
         }
         for array_id in sorted(arrays):
             enqueue_array_reconcile(array_id)  # finished elements free slots of their array
+        for m in moved:
+            if str(m.to) in TERMINAL:
+                enqueue_gpu_summary(m.job.pk)
     for m in moved:
         job = m.job
         job.state, job.state_reason, job.state_message = str(m.to), m.reason[:64], m.message
@@ -359,6 +364,15 @@ ARRAY_RECONCILE_TASK = "jobs.tasks.reconcile_array"
 def enqueue_array_reconcile(array_id: int) -> None:
     """Queue one pass over an array (apply held elements, clean up cancelled ones) after commit."""
     transaction.on_commit(lambda: _send(array_id, task=ARRAY_RECONCILE_TASK))
+
+
+GPU_SUMMARY_TASK = "gpumetrics.tasks.summarise_ended_job"
+
+
+def enqueue_gpu_summary(job_id: int) -> None:
+    """After commit, have the ended job's GPU efficiency summary computed now (the periodic
+    maintenance task is the backstop if this message is lost)."""
+    transaction.on_commit(lambda: _send(job_id, task=GPU_SUMMARY_TASK))
 
 
 def _send(job_id: int, task: str = RECONCILE_TASK) -> None:

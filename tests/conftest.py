@@ -148,3 +148,37 @@ def _in_memory_broker():
     app.conf.broker_url, app.conf.broker_transport_options = saved
     app._pool = None
     app.amqp._producer_pool = None
+
+
+@pytest.fixture
+def run_enqueued_tasks(_in_memory_broker):
+    """Run the tasks of the given names that were enqueued (to the in-memory broker) by code
+    under test, the way a worker would receive them: name and arguments from the message.
+    Other messages are dropped. Returns [(task name, args), ...] in the order received."""
+    import importlib
+
+    from portal.celery import app
+
+    def run(*names: str) -> list[tuple[str, tuple]]:
+        received = []
+        with app.connection_for_write() as connection:
+            queue = connection.SimpleQueue(app.conf.task_default_queue)
+            try:
+                while True:
+                    try:
+                        message = queue.get(block=False)
+                    except queue.Empty:
+                        break
+                    name = message.headers["task"]
+                    args, kwargs, _embed = message.decode()
+                    message.ack()
+                    if name not in names:
+                        continue
+                    module, attr = name.rsplit(".", 1)
+                    getattr(importlib.import_module(module), attr).apply(args=args, kwargs=kwargs)
+                    received.append((name, tuple(args)))
+            finally:
+                queue.close()
+        return received
+
+    return run
