@@ -210,12 +210,14 @@ class KubesimProcess:
         from kubernetes import client, config
 
         configuration = client.Configuration()
-        config.load_kube_config(
-            config_file=str(self.kubeconfig), client_configuration=configuration
-        )
-        if token is not None:
-            configuration.api_key = {"authorization": f"Bearer {token}"}
-            configuration.api_key_prefix = {}
+        if token is None:
+            config.load_kube_config(
+                config_file=str(self.kubeconfig), client_configuration=configuration
+            )
+        else:
+            kubeconfig = yaml.safe_load(self.kubeconfig.read_text())
+            kubeconfig["users"][0]["user"] = {"token": token}
+            config.load_kube_config_from_dict(kubeconfig, client_configuration=configuration)
         return client.ApiClient(configuration)
 
     def service_account_token(
