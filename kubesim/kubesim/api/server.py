@@ -861,6 +861,8 @@ class KubeServer:
             and subresource is None
             and self.store.try_get_raw(req.rtype, req.namespace, req.name) is None
         )
+        if created:
+            self.auth.check_create_on_apply(request, request[auth_apis.USER_KEY])
         manager = request.query.get("fieldManager")
         if patch_type != "apply":
             manager = self._field_manager(request)

@@ -433,3 +433,39 @@ def test_legacy_token_secrets_are_filled_and_authenticate(kubesim_rbac, admin, r
     assert kubesim_rbac.request("GET", path, token=token)[0] == 200
     core.delete_namespaced_secret("runner-token", ns)
     assert kubesim_rbac.request("GET", path, token=token)[0] == 401
+
+
+def test_server_side_apply_is_patch_and_creating_by_apply_also_needs_create(
+    kubesim_rbac, admin, runner
+):
+    ns = runner.namespace
+    client.CoreV1Api(admin).create_namespaced_config_map(ns, {"metadata": {"name": "present"}})
+    grant(
+        kubesim_rbac,
+        ns,
+        "patcher",
+        [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]}],
+        [sa_subject(runner)],
+    )
+
+    def apply(name: str) -> tuple[int, dict]:
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
+        return runner.request(
+            "PATCH",
+            f"/api/v1/namespaces/{ns}/configmaps/{name}?fieldManager=portal&force=true",
+            body,
+            headers={"Content-Type": "application/apply-patch+yaml"},
+        )
+
+    assert apply("present")[0] == 200
+    status, body = apply("absent")
+    # kube-apiserver's create-on-update check words it with the authorizer's reason alone
+    assert (status, body["message"]) == (403, 'configmaps "absent" is forbidden: ')
+    grant(
+        kubesim_rbac,
+        ns,
+        "creator",
+        [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}],
+        [sa_subject(runner)],
+    )
+    assert apply("absent")[0] == 201

@@ -10,7 +10,12 @@ from kubesim.api import errors
 from kubesim.api.auth import bootstrap, tokens
 from kubesim.api.auth.aggregation import ClusterRoleAggregator
 from kubesim.api.auth.authn import Authenticator, impersonated_user, impersonation_requests
-from kubesim.api.auth.rbac import Decision, RBACAuthorizer, forbidden_error
+from kubesim.api.auth.rbac import (
+    Decision,
+    RBACAuthorizer,
+    create_on_update_forbidden,
+    forbidden_error,
+)
 from kubesim.api.auth.requestinfo import Attributes, request_attributes
 from kubesim.api.auth.tokens import TokenIssuer
 from kubesim.api.auth.user import ADMIN, UserInfo
@@ -168,3 +173,13 @@ class AuthLayer:
             if not decision.allowed:
                 raise forbidden_error(attrs, decision.reason)
         return user
+
+    def check_create_on_apply(self, request, user: UserInfo) -> None:
+        """A server-side apply that creates its object needs "create" besides "patch"."""
+        if not self.rbac or user.is_privileged:
+            return
+        attrs = request_attributes(user, request.method, request.path, request.query)
+        attrs.verb = "create"
+        decision = self.authorizer.authorize(attrs)
+        if not decision.allowed:
+            raise create_on_update_forbidden(attrs, decision.reason)

@@ -329,3 +329,14 @@ def forbidden_error(attrs: Attributes, reason: str = "") -> errors.ApiError:
     else:
         message = f"forbidden: {detail}"
     return errors.forbidden(message, details=details)
+
+
+def create_on_update_forbidden(attrs: Attributes, reason: str) -> errors.ApiError:
+    """The 403 of an apply that would create an object its user may patch but not create
+    (kube-apiserver's withAuthorization: the authorizer's reason alone, empty from RBAC)."""
+    qualified = f"{attrs.resource}.{attrs.api_group}" if attrs.api_group else attrs.resource
+    details: dict = {"name": attrs.name}
+    if attrs.api_group:
+        details["group"] = attrs.api_group
+    details["kind"] = attrs.resource
+    return errors.forbidden(f'{qualified} "{attrs.name}" is forbidden: {reason}', details=details)
