@@ -73,7 +73,9 @@ class AuthLayer:
 
     def _on_write(self, event_type: str, rtype, obj: dict, old: dict | None) -> None:
         if rtype.group == RBAC_GROUP:
-            self.authorizer.invalidate()
+            if obj.get("kind") != rtype.kind:
+                obj = {**obj, "kind": rtype.kind}
+            self.authorizer.changed(event_type, obj)
         elif (
             rtype.group == ""
             and rtype.kind == "Secret"
