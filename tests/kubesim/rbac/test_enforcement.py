@@ -469,3 +469,73 @@ def test_server_side_apply_is_patch_and_creating_by_apply_also_needs_create(
         [sa_subject(runner)],
     )
     assert apply("absent")[0] == 201
+
+
+def test_logs_and_the_dcgm_exporter_proxy_of_a_running_cluster(kubesim_factory):
+    server = kubesim_factory(rbac=True, speed=20)
+    portal = Account(server, "gpu-portal", "portal")
+    grant(
+        server,
+        None,
+        "portal",
+        [
+            {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
+        ],
+        [sa_subject(portal)],
+    )
+    client.CoreV1Api(server.api_client()).create_namespace({"metadata": {"name": "team-a"}})
+    client.BatchV1Api(portal.api_client).create_namespaced_job(
+        "team-a",
+        {
+            "metadata": {"name": "hello"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {"name": "main", "image": "busybox", "command": ["echo", "hi"]}
+                        ],
+                    }
+                }
+            },
+        },
+    )
+    core = portal.core()
+
+    def printed():
+        pods = core.list_namespaced_pod("team-a").items
+        try:
+            return pods and "hi" in str(
+                core.read_namespaced_pod_log(pods[0].metadata.name, "team-a")
+            )
+        except ApiException as exc:  # 400 while the container is being created
+            if exc.status != 400:
+                raise
+            return False
+
+    wait_for(printed, timeout=60, message="the job's pod never printed")
+    exporter = core.list_namespaced_pod("gpu-operator").items[0].metadata.name
+    target = f"{exporter}:9400"
+    assert _forbidden(
+        core.connect_get_namespaced_pod_proxy_with_path, target, "gpu-operator", "metrics"
+    ) == (
+        f'pods "{target}" is forbidden: User "{portal.username}" cannot get resource '
+        f'"pods/proxy" in API group "" in the namespace "gpu-operator"'
+    )
+    grant(
+        server,
+        "gpu-operator",
+        "portal-scrapes-dcgm",
+        [
+            {
+                "apiGroups": [""],
+                "resources": ["pods/proxy"],
+                "resourceNames": [target],
+                "verbs": ["get"],
+            }
+        ],
+        [sa_subject(portal)],
+    )
+    metrics = core.connect_get_namespaced_pod_proxy_with_path(target, "gpu-operator", "metrics")
+    assert "DCGM_FI_DEV_GPU_UTIL" in str(metrics)
