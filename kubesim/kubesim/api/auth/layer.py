@@ -10,6 +10,7 @@ from kubesim.api import errors
 from kubesim.api.auth import bootstrap, tokens
 from kubesim.api.auth.aggregation import ClusterRoleAggregator
 from kubesim.api.auth.authn import Authenticator, impersonated_user, impersonation_requests
+from kubesim.api.auth.escalation import EscalationCheck
 from kubesim.api.auth.rbac import (
     Decision,
     RBACAuthorizer,
@@ -47,6 +48,16 @@ class AuthLayer:
         if rbac:
             self.aggregator = ClusterRoleAggregator(store)
             store.add_write_listener(self.aggregator.on_write)
+            escalation = EscalationCheck(self.authorize, self.rules_for)
+            rbac_version = f"{RBAC_GROUP}/v1"
+            escalation.cluster_roles = lambda name: store.try_get(
+                rbac_version, "ClusterRole", None, name
+            )
+            escalation.roles = lambda namespace, name: store.try_get(
+                rbac_version, "Role", namespace, name
+            )
+            for kind in RBAC_KINDS:
+                store.add_admission_hook(rbac_version, kind, escalation.check)
 
     # ------------------------------------------------------------------ policy
     def _policy_objects(self):
