@@ -20,6 +20,9 @@ from aiohttp import web
 
 from kubesim.api import errors, protobuf, selectors, tables
 from kubesim.api import patch as patch_module
+from kubesim.api.auth import apis as auth_apis
+from kubesim.api.auth.escalation import CURRENT_USER
+from kubesim.api.auth.layer import AuthLayer
 from kubesim.api.builtins import EVENT_FIELDS_V1_TO_CORE
 from kubesim.api.discovery import Discovery, version_info
 from kubesim.api.openapi import OpenAPI
@@ -108,7 +111,9 @@ class _Request:
 
 
 class KubeServer:
-    def __init__(self, store: Store, *, token: str, clock: SimClock | None = None):
+    def __init__(
+        self, store: Store, *, token: str, clock: SimClock | None = None, rbac: bool = False
+    ):
         self.store = store
         self.clock = clock or store.clock
         self.token = token
@@ -118,7 +123,6 @@ class KubeServer:
         self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
         self._extra_routes = web.UrlDispatcher()
         self._subresource_handlers: dict[tuple[str, str, str], object] = {}
-        self._auth_header = f"Bearer {token}"
         self._unavailable_until = 0.0
         self._drop_until = 0.0
         # Writes (POST/PUT/PATCH) whose path contains _write_delay_path wait this long first,
@@ -130,6 +134,9 @@ class KubeServer:
         self.server_address = "127.0.0.1"
         self._watch_tasks: set[asyncio.Task] = set()
         self.stopping = False
+        # authentication always; RBAC authorization with rbac=True (else everything is allowed)
+        self.auth = AuthLayer(store, token, rbac=rbac)
+        auth_apis.install(self)
 
     # ------------------------------------------------------------------ extension points
     def add_route(self, method: str, path: str, handler) -> None:
@@ -190,8 +197,12 @@ class KubeServer:
 
     # ------------------------------------------------------------------ dispatch
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        if request.headers.get("Authorization") != self._auth_header:
-            return error_response(errors.unauthorized())
+        try:
+            user = request[auth_apis.USER_KEY] = self.auth.check(request)
+        except errors.ApiError as exc:
+            return error_response(exc)
+        # what the store's RBAC admission (escalation check) reads; each request is its own task
+        CURRENT_USER.set(user)
         path = request.path
         if path == "/kubesim/faults" and request.method == "POST":
             try:
@@ -853,6 +864,8 @@ class KubeServer:
             and subresource is None
             and self.store.try_get_raw(req.rtype, req.namespace, req.name) is None
         )
+        if created:
+            self.auth.check_create_on_apply(request, request[auth_apis.USER_KEY])
         manager = request.query.get("fieldManager")
         if patch_type != "apply":
             manager = self._field_manager(request)
