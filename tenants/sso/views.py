@@ -115,9 +115,11 @@ def logout(request: HttpRequest) -> HttpResponse:
     """Ends the portal session, then the IdP's when the user came through it and it has a page."""
     id_token = request.session.get(ID_TOKEN_SESSION_KEY)
     auth_logout(request)
-    login_url = request.build_absolute_uri(reverse(settings.LOGOUT_REDIRECT_URL))
+    login_url = reverse(settings.LOGOUT_REDIRECT_URL)
     if id_token and client.sso_enabled():
-        end_session = client.end_session_url(id_token=id_token, post_logout_redirect_uri=login_url)
+        end_session = client.end_session_url(
+            id_token=id_token, post_logout_redirect_uri=request.build_absolute_uri(login_url)
+        )
         if end_session:
             return HttpResponseRedirect(end_session)
     return HttpResponseRedirect(login_url)
