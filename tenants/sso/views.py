@@ -83,6 +83,14 @@ def sso_callback(request: HttpRequest) -> HttpResponse:
             else "The identity provider could not sign you in."
         )
         return _error_page(request, SsoError(message, status=403), log_detail=f"idp error {code}")
+    # RFC 9207: an IdP that names itself in the answer must name the one we asked (mix-up).
+    answered_by = request.GET.get("iss")
+    if answered_by is not None and answered_by.rstrip("/") != settings.PORTAL_OIDC_ISSUER:
+        return _error_page(
+            request,
+            SsoError("The answer came from another identity provider than the configured one."),
+            log_detail=f"iss {answered_by!r}",
+        )
     code = request.GET.get("code", "")
     if not code:
         return _error_page(request, SsoError("The identity provider sent no authorization code."))

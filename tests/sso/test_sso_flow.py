@@ -4,7 +4,7 @@ and httpx as the browser (following redirects, filling the provider's login and 
 from __future__ import annotations
 
 from html.parser import HTMLParser
-from urllib.parse import urljoin
+from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx
 import pytest
@@ -192,3 +192,18 @@ def test_logout_ends_the_portal_session_and_the_providers(
     # The provider's session is gone too: the next SSO login asks for credentials again.
     page = browser.get(f"{live_server.url}/accounts/sso/login/")
     assert 'name="login"' in page.text
+
+
+def test_an_answer_naming_another_issuer_is_refused(
+    sso_settings, oidc_provider, live_server, browser, mapped_projects
+):
+    started = browser.get(f"{live_server.url}/accounts/sso/login/", follow_redirects=False)
+    state = parse_qs(urlsplit(started.headers["location"]).query)["state"][0]
+
+    answer = browser.get(
+        f"{live_server.url}/accounts/sso/callback/",
+        params={"state": state, "code": "whatever", "iss": "https://evil.example.org"},
+    )
+
+    assert answer.status_code == 400
+    assert "another identity provider" in answer.text
