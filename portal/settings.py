@@ -155,6 +155,25 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
+# Single sign-on with OpenID Connect (tenants/sso/): on when an issuer and a client are set. The
+# local login form stays beside it (break-glass staff accounts, the demo).
+PORTAL_OIDC_ISSUER = env.str("PORTAL_OIDC_ISSUER", default="").rstrip("/")
+# Where the provider's metadata is; <issuer>/.well-known/openid-configuration unless set.
+PORTAL_OIDC_DISCOVERY_URL = env.str("PORTAL_OIDC_DISCOVERY_URL", default="")
+PORTAL_OIDC_CLIENT_ID = env.str("PORTAL_OIDC_CLIENT_ID", default="")
+PORTAL_OIDC_CLIENT_SECRET = env.str("PORTAL_OIDC_CLIENT_SECRET", default="")
+PORTAL_OIDC_SCOPES = env.list(
+    "PORTAL_OIDC_SCOPES", default=["openid", "email", "profile", "groups"]
+)
+# The ID token claim that lists the user's groups (Keycloak and most IdPs: "groups").
+PORTAL_OIDC_GROUPS_CLAIM = env.str("PORTAL_OIDC_GROUPS_CLAIM", default="groups")
+# Clock skew tolerated on the ID token's exp, iat and nbf.
+PORTAL_OIDC_LEEWAY_SECONDS = env.int("PORTAL_OIDC_LEEWAY_SECONDS", default=60)
+PORTAL_OIDC_TIMEOUT_SECONDS = env.float("PORTAL_OIDC_TIMEOUT_SECONDS", default=10.0)
+PORTAL_OIDC_BUTTON_LABEL = env.str("PORTAL_OIDC_BUTTON_LABEL", default="Log in with single sign-on")
+if bool(PORTAL_OIDC_ISSUER) != bool(PORTAL_OIDC_CLIENT_ID):
+    sys.exit("PORTAL_OIDC_ISSUER and PORTAL_OIDC_CLIENT_ID are set together (single sign-on).")
+
 # Security: strict when DEBUG is off (manage.py check --deploy is clean then).
 SESSION_COOKIE_SECURE = not DEBUG
 CSRF_COOKIE_SECURE = not DEBUG
