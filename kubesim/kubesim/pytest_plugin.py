@@ -5,6 +5,8 @@
 - `kubesim`: one server per test session with the vendored CRDs and the simulated cluster;
 - `kubesim_factory`: start servers with any options inside one test (stopped after it);
 - `kubesim_fresh`: a server of its own for one test (vendored CRDs, no cluster);
+- `kubesim_module`: one server per test module, started with the module's `KUBESIM_OPTIONS`
+  (KubesimProcess keyword arguments such as `cluster=` and `speed=`);
 - `kube_client`: a kubernetes.client.ApiClient for `kubesim_api`.
 """
 
@@ -53,6 +55,14 @@ def kubesim_factory(tmp_path):
 @pytest.fixture
 def kubesim_fresh(kubesim_factory):
     return kubesim_factory(no_cluster=True)
+
+
+@pytest.fixture(scope="module")
+def kubesim_module(request, tmp_path_factory):
+    options = dict(getattr(request.module, "KUBESIM_OPTIONS", {}))
+    options.setdefault("workdir", tmp_path_factory.mktemp("kubesim-module"))
+    with KubesimProcess(**options) as server:
+        yield server
 
 
 @pytest.fixture
