@@ -859,9 +859,7 @@ class KaiController:
             if pod is None or _terminal(pod):
                 continue
             if _deleting(pod):
-                if _node_of(pod):
-                    self._charge(shares, job, pod, states, min_memory, allocated=True)
-                continue
+                continue  # releasing: no longer the queue's (its node still counts it)
             job.alive += 1
             if _node_of(pod) or pod_key in self.inflight:
                 job.active.append(pod)

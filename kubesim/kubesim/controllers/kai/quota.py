@@ -398,7 +398,8 @@ def may_take_from(
     ) and any(remaining[r] > reclaimee.deserved_or_inf(r) for r in involved)
     if not (over_share or guarantee):
         return False
-    return all(
-        remaining[r] - victim.get(r, 0) >= min(reclaimee.deserved_or_inf(r), remaining[r])
-        for r in involved
-    )
+    for r in involved:
+        deserved = reclaimee.deserved[r]
+        if deserved is not None and remaining[r] > deserved > remaining[r] - victim[r]:
+            return False
+    return True
