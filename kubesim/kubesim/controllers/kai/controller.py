@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
@@ -54,6 +55,9 @@ LAST_EVICTION = "kai.scheduler/last-eviction-timestamp"
 GPU = "nvidia.com/gpu"
 NO_NODES = "no nodes with enough resources were found"
 MAX_VICTIM_JOBS = 64
+SESSION_PERIOD = 1.0  # simulated seconds between scheduling sessions, as KAI's default
+MAX_SESSION_GAP = 0.2  # wall seconds: at low speeds, still answer within a fifth of a second
+SAFETY_TICK = 5.0  # wall seconds between sessions when nothing happens
 # The default queues a KAI install starts with (examples/default-queues.yaml).
 DEFAULT_QUEUES = (("default-parent-queue", ""), ("default-queue", "default-parent-queue"))
 
@@ -212,6 +216,7 @@ class KaiController:
         self.written: dict[tuple, str] = {}
         self.last_messages: dict[tuple, str] = {}
         self.grouping_failures: dict[tuple[str, str], str] = {}
+        self.last_session = 0.0
 
     # ---- wiring ------------------------------------------------------------------------------
     def install(self) -> None:
@@ -340,8 +345,9 @@ class KaiController:
                 self.reservations[name] = pod
             if group:
                 self.dirty_groups.add(group)
-            self.session_due = True
-            self.wake.set()
+            if deleted or old is None or _deleting(pod) != _deleting(old):
+                self.session_due = True  # a GPU taken or given back
+            self.wake.set()  # the binder may wait for its annotation
             return
         ours = (pod.get("spec") or {}).get("schedulerName") == sharing.SCHEDULER_NAME
         if not ours:
@@ -356,12 +362,31 @@ class KaiController:
                 self.wake.set()
             return
         previous = self.pods.get(key)
-        for group in sharing.pod_groups(previous) if previous else []:
-            members = self.group_members.get(group)
-            if members is not None:
-                members.discard(key)
-            self.dirty_groups.add(group)
-        if previous is not None:
+        relevant = (
+            deleted
+            or previous is None
+            or _node_of(previous) != node
+            or _terminal(previous) != _terminal(pod)
+            or _deleting(previous) != _deleting(pod)
+            or _pg_of(previous) != _pg_of(pod)
+            or bool((previous.get("spec") or {}).get("schedulingGates"))
+            != bool((pod.get("spec") or {}).get("schedulingGates"))
+        )
+        regrouped = relevant or sharing.pod_groups(previous) != sharing.pod_groups(pod)
+        resources_changed = (
+            relevant
+            or _phase(previous) != _phase(pod)
+            or _scheduled_condition(previous) != _scheduled_condition(pod)
+            or (previous["metadata"].get("annotations") or {}).get(sharing.RECEIVED_TYPE)
+            != (pod["metadata"].get("annotations") or {}).get(sharing.RECEIVED_TYPE)
+        )
+        if regrouped:
+            for group in sharing.pod_groups(previous) if previous else []:
+                members = self.group_members.get(group)
+                if members is not None:
+                    members.discard(key)
+                self.dirty_groups.add(group)
+        if previous is not None and (relevant or resources_changed):
             old_pg = _pg_of(previous)
             if old_pg:
                 self.pg_members.get((key[0], old_pg), set()).discard(key)
@@ -376,19 +401,23 @@ class KaiController:
             pg_name = _pg_of(pod)
             if pg_name:
                 self.pg_members.setdefault((key[0], pg_name), set()).add(key)
-                self.dirty_pgs.add((key[0], pg_name))
+                if relevant or resources_changed:
+                    self.dirty_pgs.add((key[0], pg_name))
                 self.ungrouped.discard(key)
             elif not _terminal(pod):
                 self.ungrouped.add(key)
-            if not _terminal(pod):
+            if regrouped and not _terminal(pod):
                 for group in sharing.pod_groups(pod):
                     self.group_members.setdefault(group, set()).add(key)
                     self.dirty_groups.add(group)
             if node:
                 self.inflight.pop(key, None)
-        self.session_due = True
-        self.status_due = True
-        self.wake.set()
+        if relevant:
+            self.session_due = True
+        if resources_changed:
+            self.status_due = True
+        if relevant or resources_changed or regrouped:
+            self.wake.set()
 
     # ---- webhooks ----------------------------------------------------------------------------
     def _queue_webhook(self, operation: str, queue: dict, old: dict | None) -> None:
@@ -415,10 +444,9 @@ class KaiController:
     # ---- loop --------------------------------------------------------------------------------
     async def run(self) -> None:
         while True:
-            # event-driven; a slow tick retries what waits on nothing the watch would report
-            timeout = max(0.05, 5.0 / max(self.clock.speed, 1e-9))
+            # event-driven (every write reaches the listener); a slow tick is the safety net
             try:
-                await asyncio.wait_for(self.wake.wait(), timeout=min(timeout, 1.0))
+                await asyncio.wait_for(self.wake.wait(), timeout=SAFETY_TICK)
             except TimeoutError:
                 self.session_due = True
             self.wake.clear()
@@ -438,9 +466,16 @@ class KaiController:
         if self.dirty_groups:
             self._sync_groups()
         if self.session_due:
-            self.session_due = False
-            self._session()
-            self._bind_inflight()
+            # KAI opens a session every second: changes in between wait for the next one
+            gap = min(SESSION_PERIOD / max(self.clock.speed, 1e-9), MAX_SESSION_GAP)
+            wait = self.last_session + gap - time.monotonic()
+            if wait > 0:
+                asyncio.get_running_loop().call_later(wait, self.wake.set)
+            else:
+                self.session_due = False
+                self.last_session = time.monotonic()
+                self._session()
+                self._bind_inflight()
         if self.status_due:
             self.status_due = False
             self._write_podgroup_resources()
@@ -589,15 +624,12 @@ class KaiController:
                 except ApiError as exc:
                     if exc.code != 409:
                         raise
-        self.store.patch(
-            "v1", "Pod", namespace, name, {"metadata": meta_patch}, field_manager=BINDER
-        )
         bound = self.store.patch(
             "v1",
             "Pod",
             namespace,
             name,
-            {"spec": {"nodeName": decision.node}},
+            {"metadata": meta_patch, "spec": {"nodeName": decision.node}},
             field_manager=BINDER,
         )
         scheduler.tracker(self.store).observe(bound)
@@ -736,7 +768,11 @@ class KaiController:
             pools.setdefault(_pool(node), []).append(node)
         pg_pools: dict[str, list[tuple[tuple[str, str], dict]]] = {}
         for key, pg in self.podgroups.items():
-            pg_pools.setdefault(_pool(pg), []).append((key, pg))
+            live = any(
+                k in self.pods and not _terminal(self.pods[k]) for k in self.pg_members.get(key, ())
+            )
+            if live or (pg.get("status") or {}).get("schedulingConditions"):
+                pg_pools.setdefault(_pool(pg), []).append((key, pg))
         for pool, pgs in sorted(pg_pools.items()):
             self._session_pool(pool, pools.get(pool, []), pgs)
 
