@@ -259,3 +259,31 @@ def test_queues_pass_the_crd_schema_and_kubectl_lists_them(api, namespace, kubes
     with pytest.raises(ApiException) as has_children:  # a queue with children stays
         custom.delete_cluster_custom_object(GROUP, "v2", "queues", parent)
     assert "it has child queues" in json.loads(has_children.value.body)["message"]
+
+
+def test_missing_queue_and_non_preemptible_over_quota_say_why(api, namespace):
+    name = f"{namespace}-small"
+    create_queues(api, queue(name, pool=None, gpu_quota=0))
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod(namespace, pod("lost", f"{namespace}-nope", None, gpus=1))
+    core.create_namespaced_pod(
+        namespace, pod("serving", name, None, gpus=1, priority_class="inference")
+    )
+    lost = wait_for(lambda: unschedulable_reasons(podgroup_of(api, namespace, "lost")), timeout=20)
+    assert lost[0] == {
+        "reason": "QueueDoesNotExist",
+        "message": f"Queue '{namespace}-nope' does not exist",
+    }
+    serving = wait_for(
+        lambda: unschedulable_reasons(podgroup_of(api, namespace, "serving")), timeout=20
+    )
+    assert serving[0]["reason"] == "NonPreemptibleOverQuota"
+    assert serving[0]["message"] == (
+        f"Non-preemptible workload is over quota. Workload requested 1 GPUs, but {name} quota is "
+        "0 GPUs, while 0 GPUs are already allocated for non-preemptible pods. Use a preemptible "
+        "workload to go over quota."
+    )
+    pending = core.read_namespaced_pod("serving", namespace)
+    scheduled = next(c for c in pending.status.conditions if c.type == "PodScheduled")
+    assert scheduled.reason == "Unschedulable"
+    assert scheduled.message.startswith("NonPreemptibleOverQuota: Non-preemptible workload")

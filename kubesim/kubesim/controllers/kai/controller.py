@@ -534,8 +534,16 @@ class KaiController:
             if sharing.GPU_INDEX_ANNOTATION in annotations or _deleting(pod):
                 continue
             if _phase(pod) == "Failed":
-                # the kubelet could not give it a GPU: drop it, the binds retry elsewhere
+                # the kubelet could not give it a GPU: drop it and roll its binds back, so that
+                # the pods go back to the scheduler
                 self._delete_reservation(pod)
+                group = (pod["metadata"].get("labels") or {}).get(sharing.GPU_GROUP_LABEL)
+                for key, decision in list(self.inflight.items()):
+                    if group in decision.groups:
+                        del self.inflight[key]
+                        with contextlib.suppress(ApiError):
+                            self.store.delete(BR_API, "BindRequest", key[0], key[1])
+                self.session_due = True
                 continue
             uuids = annotations.get("kubesim.dev/gpu-uuids")
             if _phase(pod) != "Running" or not uuids:
