@@ -1,11 +1,12 @@
 """Benchmark: fractional GPU jobs through kubesim's KAI Scheduler vs the same jobs as whole GPUs.
 
 --jobs batch/v1 Jobs (one pod each) ask for a fraction of a GPU (`gpu-fraction`: a seeded mix of
-0.25 and 0.5), run --seconds simulated seconds (± 50 %, seeded) and are submitted at once to one
-KAI queue (unlimited) on --nodes nodes of 8 H100s, kubesim at --speed. Then the same jobs run as
-whole GPUs (`nvidia.com/gpu: 1`) on a fresh kubesim. For each mode it prints the wall time and
-the simulated time until every Job completed, the kubesim process's CPU time, and the pool's GPU
-utilisation over that simulated time:
+0.25 and 0.5) and run --seconds simulated seconds (± 50 %, seeded), in one KAI project queue on
+--nodes nodes of 8 H100s, kubesim at --speed. They are submitted while the queue's GPU limit is 0
+(each waits with OverLimit), then the limit is lifted, so all are released at once. Then the same
+jobs run as whole GPUs (`nvidia.com/gpu: 1`) on a fresh kubesim. For each mode it prints the wall
+time and the simulated time from the release until every Job completed, the kubesim process's CPU
+time over that, and the pool's GPU utilisation over that simulated time:
 
 - work: what the jobs use, sum(fraction x run time), over the pool's GPU-time;
 - held: GPU-time held, whole GPUs for whole-GPU jobs, and for fractions the time each shared
@@ -50,12 +51,15 @@ pools:
 
 
 def setup(api) -> None:
+    """A department queue and a project queue under it. The project's GPU limit starts at 0, so
+    that the jobs wait (OverLimit) until all are submitted; `release` lifts it."""
     unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
     custom = client.CustomObjectsApi(api)
     for name, parent in (("bench-dept", None), (QUEUE, "bench-dept")):
         spec: dict = {"resources": {r: dict(unlimited) for r in ("cpu", "memory", "gpu")}}
         if parent:
             spec["parentQueue"] = parent
+            spec["resources"]["gpu"]["limit"] = 0
         custom.create_cluster_custom_object(
             GROUP,
             "v2",
@@ -68,6 +72,21 @@ def setup(api) -> None:
             },
         )
     client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
+
+
+def release(api) -> float:
+    """Lift the project's limit; the simulated time it happened (the write's managedFields)."""
+    queue = client.CustomObjectsApi(api).patch_cluster_custom_object(
+        GROUP, "v2", "queues", QUEUE, {"spec": {"resources": {"gpu": {"limit": -1}}}}
+    )
+    stamps = [entry["time"] for entry in queue["metadata"].get("managedFields") or []]
+    return datetime.datetime.fromisoformat(max(stamps).replace("Z", "+00:00")).timestamp()
+
+
+def grouped_pods(api) -> int:
+    """Pods the podgrouper has put in a PodGroup."""
+    pods = client.CoreV1Api(api).list_namespaced_pod(NAMESPACE).items
+    return sum(1 for p in pods if "pod-group-name" in (p.metadata.annotations or {}))
 
 
 def plan(jobs: int, seconds: float) -> list[tuple[str, str, int]]:
@@ -176,9 +195,8 @@ def run_mode(stack: harness.Stack, args, jobs, *, whole: bool) -> dict | None:
         setup(api)
         watcher = CompletionWatcher(api)
         watcher.start()
-        cpu_before = harness.cpu_seconds(ks.process.pid)
         batch = client.BatchV1Api(api)
-        t0 = time.monotonic()
+        started = time.monotonic()
         with ThreadPoolExecutor(max_workers=4) as pool:
             list(
                 pool.map(
@@ -188,7 +206,13 @@ def run_mode(stack: harness.Stack, args, jobs, *, whole: bool) -> dict | None:
                     jobs,
                 )
             )
-        submitted = time.monotonic() - t0
+        while grouped_pods(api) < len(jobs) and time.monotonic() < started + args.timeout:
+            time.sleep(1.0)
+        submitted = time.monotonic() - started
+        # every job waits at the queue's limit of 0 GPUs: lift it and time from there
+        cpu_before = harness.cpu_seconds(ks.process.pid)
+        t0 = time.monotonic()
+        released = release(api)
         deadline = t0 + args.timeout
         while time.monotonic() < deadline:
             with watcher.lock:
@@ -203,11 +227,7 @@ def run_mode(stack: harness.Stack, args, jobs, *, whole: bool) -> dict | None:
         if done < len(jobs):
             print(f"{label}: only {done}/{len(jobs)} jobs finished within {args.timeout:.0f}s")
             return None
-        # simulated times from the objects: submission, each pod's run, the GPU groups
-        created = [
-            _seconds(j.metadata.creation_timestamp)
-            for j in batch.list_namespaced_job(NAMESPACE).items
-        ]
+        # simulated times from the pods: each run, the GPU groups
         pods = client.CoreV1Api(api).list_namespaced_pod(NAMESPACE).items
         fraction_of = {name: float(fraction) for name, fraction, _ in jobs}
         work, held_whole, last = 0.0, 0.0, 0.0
@@ -227,13 +247,13 @@ def run_mode(stack: harness.Stack, args, jobs, *, whole: bool) -> dict | None:
             else:
                 held_whole += stop - start
         held = held_whole + sum(_union(spans) for spans in groups.values())
-        makespan = last - min(created)
+        makespan = last - released
         capacity = args.nodes * 8 * makespan
         print(
-            f"{label}: {len(jobs)} jobs submitted in {submitted:.1f}s; all finished after "
-            f"{elapsed:.1f}s wall, {makespan:.0f}s simulated ({failed} failed); kubesim CPU "
-            f"{cpu_used:.1f}s; pool utilisation: work {100 * work / capacity:.1f} %, "
-            f"held {100 * held / capacity:.1f} %"
+            f"{label}: {len(jobs)} jobs submitted and waiting in {submitted:.1f}s; released at "
+            f"once, all finished after {elapsed:.1f}s wall, {makespan:.0f}s simulated "
+            f"({failed} failed); kubesim CPU {cpu_used:.1f}s; pool utilisation: work "
+            f"{100 * work / capacity:.1f} %, held {100 * held / capacity:.1f} %"
             + (f"; {len(groups)} shared GPU groups" if groups else "")
         )
         tag = "whole" if whole else "fractions"
