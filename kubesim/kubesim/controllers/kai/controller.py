@@ -132,9 +132,7 @@ class Decision:
     groups: list[str] = field(default_factory=list)
     portion: int = 0  # thousandths of a device, fractional pods only
     devices: int = 1
-    new_groups: list[str] = field(default_factory=list)
     requests: dict[str, int] = field(default_factory=dict)
-    pg: tuple[str, str] = ("", "")
 
     @property
     def fractional(self) -> bool:
@@ -1129,7 +1127,6 @@ class KaiController:
             if choice is not None:
                 existing, new = choice
                 decision.groups = existing + new
-                decision.new_groups = new
                 decision.portion = wanted.portion_on(state.gpu_memory)
                 decision.devices = wanted.devices
             self._reserve(work, decision)
@@ -1148,7 +1145,6 @@ class KaiController:
     def _commit(self, pod: dict, decision: Decision, job: Job) -> None:
         """The scheduler's part of a bind: a BindRequest for the binder, the Scheduled event."""
         key = _key(pod)
-        decision.pg = job.key
         meta = pod["metadata"]
         bind_request = {
             "apiVersion": BR_API,
