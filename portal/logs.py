@@ -57,7 +57,10 @@ class ContextFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if getattr(record, "request_id", None) is None:
-            record.request_id = request_id_var.get()
+            # django.request's lines ("Not Found: /x") are written after the middleware has
+            # returned, but they carry the request.
+            request = getattr(record, "request", None)
+            record.request_id = getattr(request, "request_id", None) or request_id_var.get()
         if getattr(record, "job_id", None) is None:
             record.job_id = job_id_var.get()
         return True
