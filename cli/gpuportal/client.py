@@ -5,8 +5,8 @@ an Idempotency-Key (a new UUID per `submit`): the portal stores it with the job 
 repeat with the first job, so the submission is retried like a read, and for as long as an outage
 may last (SUBMIT_RETRY_SECONDS, at most SUBMIT_MAX_ATTEMPTS tries): on any 5xx, a timeout or a
 connection lost after the request was sent, with the same key. Other calls that change something
-(cancel) are retried only when the connection was never made. Every retry waits what the portal's Retry-After asks (at most
-MAX_WAIT_SECONDS), or backs off exponentially.
+(cancel) are retried only when the connection was never made. Every retry waits what the
+portal's Retry-After asks (at most MAX_WAIT_SECONDS), or backs off exponentially.
 """
 
 from __future__ import annotations
