@@ -22,6 +22,7 @@ from jobs.selectors import credential_facts_for_project, job_manifests, pool_fac
 from jobs.states import TERMINAL, JobState, can_transition
 from jobs.validation import JobRequest, ValidationResult, validate_job_request
 from portal.celery import app as celery_app
+from portal.outage import unavailable_service
 from quotas.models import GpuPool
 from tenants.models import Membership, Project
 from tenants.permissions import WRITER_ROLES, can_write, is_staff
@@ -381,8 +382,12 @@ def _send(job_id: int, task: str = RECONCILE_TASK) -> None:
     # picks the job up within one period.
     try:
         celery_app.send_task(task, args=(job_id,))
-    except Exception:  # the broker client raises many types; the resync is the safety net
-        log.warning("could not enqueue %s(%s); the resync will", task, job_id, exc_info=True)
+    except Exception as exc:  # the broker client raises many types; the resync is the safety net
+        # A known outage is one line; anything else keeps its traceback.
+        known = unavailable_service(exc) is not None
+        log.warning(
+            "could not enqueue %s(%s): %s; the resync will", task, job_id, exc, exc_info=not known
+        )
 
 
 @dataclass
