@@ -16,11 +16,13 @@ from psycopg.errors import DeadlockDetected
 
 from jobs import mounts as job_mounts
 from jobs import secret_refs
+from jobs.idempotency import IdempotencyKey, raise_if_already_submitted, record_submission
 from jobs.models import Job, JobEvent, JobKind, JobPod
 from jobs.selectors import credential_facts_for_project, job_manifests, pool_facts_for_project
 from jobs.states import TERMINAL, JobState, can_transition
 from jobs.validation import JobRequest, ValidationResult, validate_job_request
 from portal.celery import app as celery_app
+from portal.outage import unavailable_service
 from quotas.models import GpuPool
 from tenants.models import Membership, Project
 from tenants.permissions import WRITER_ROLES, can_write, is_staff
@@ -380,8 +382,12 @@ def _send(job_id: int, task: str = RECONCILE_TASK) -> None:
     # picks the job up within one period.
     try:
         celery_app.send_task(task, args=(job_id,))
-    except Exception:  # the broker client raises many types; the resync is the safety net
-        log.warning("could not enqueue %s(%s); the resync will", task, job_id, exc_info=True)
+    except Exception as exc:  # the broker client raises many types; the resync is the safety net
+        # A known outage is one line; anything else keeps its traceback.
+        known = unavailable_service(exc) is not None
+        log.warning(
+            "could not enqueue %s(%s): %s; the resync will", task, job_id, exc, exc_info=not known
+        )
 
 
 @dataclass
@@ -519,11 +525,14 @@ def job_submit(
     data: dict[str, Any],
     dry_run: bool = False,
     source: str = "api",
+    idempotency: IdempotencyKey | None = None,
 ) -> SubmitOutcome:
     """Validate a request and store the job (Submitted), or only render it when dry_run.
 
     Raises ValidationError ({field: [messages]}) for bad input (unless dry_run, which returns
-    the errors), PermissionDenied for a viewer.
+    the errors), PermissionDenied for a viewer. With `idempotency` the key is stored with the
+    job; AlreadySubmitted when a concurrent request with the same key stored its job first
+    (callers look for an earlier submission of the key before calling: jobs.idempotency).
     """
     project = _writable_project(actor, project)
     kind = data.get("kind") or ""
@@ -605,9 +614,13 @@ def job_submit(
                 message=f"submitted by {getattr(actor, 'username', actor)}",
                 source=source,
             )
+            if idempotency is not None:
+                record_submission(user=actor, key=idempotency, job=job)
             enqueue_reconcile(job.pk)
     except IntegrityError as exc:
-        # Lost a race with an identical name submitted at the same moment.
+        # Lost a race: with the same Idempotency-Key (answer with the winner's job), or with an
+        # identical name submitted at the same moment.
+        raise_if_already_submitted(user=actor, key=idempotency)
         raise ValidationError(
             {"name": [f"A job named {name!r} is already active in project {project.slug}."]}
         ) from exc

@@ -3,7 +3,7 @@
 import os
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import setup_logging, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -18,3 +18,17 @@ def _freeze_start_up_heap(**_kwargs) -> None:
     from portal.runtime import freeze_startup_heap
 
     freeze_startup_heap()
+
+
+def _portal_logging(**_kwargs) -> None:
+    # With PORTAL_LOG_FORMAT=json the workers log as the web processes do (portal/logs.py),
+    # instead of Celery's own text format on the root logger.
+    import logging.config
+
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+
+
+if os.environ.get("PORTAL_LOG_FORMAT") == "json":
+    setup_logging.connect(_portal_logging)

@@ -68,6 +68,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: every log line of a request carries its id (X-Request-ID, echoed back).
+    "portal.logs.RequestIdMiddleware",
+    # A view that meets a database or Redis outage answers 503 + Retry-After, not 500.
+    "portal.outage.OutageMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -380,10 +384,35 @@ if env.bool("PORTAL_METRICS_ENABLED", default=True):
     }
 # --- end GPU metrics ----------------------------------------------------------------------------
 
+# Outages (portal/outage.py): while PostgreSQL or Redis cannot be reached, requests answer 503
+# with this Retry-After (seconds).
+PORTAL_OUTAGE_RETRY_AFTER_SECONDS = env.int("PORTAL_OUTAGE_RETRY_AFTER_SECONDS", default=5)
+# Idempotency-Key of job submissions (jobs/idempotency.py): a repeat within this many hours
+# returns the first submission's job instead of a second one; older keys are forgotten.
+PORTAL_IDEMPOTENCY_KEY_HOURS = env.float("PORTAL_IDEMPOTENCY_KEY_HOURS", default=24.0)
+if PORTAL_IDEMPOTENCY_KEY_HOURS <= 0:
+    sys.exit("PORTAL_IDEMPOTENCY_KEY_HOURS must be a positive number of hours.")
+
+# Logs: "text" (the message only) or "json" (one object per line: time, level, logger, message,
+# request_id, job_id; portal/logs.py). Celery workers use the same configuration with json.
+PORTAL_LOG_FORMAT = env.str("PORTAL_LOG_FORMAT", default="text")
+if PORTAL_LOG_FORMAT not in ("text", "json"):
+    sys.exit(f"PORTAL_LOG_FORMAT must be 'text' or 'json', not {PORTAL_LOG_FORMAT!r}.")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"context": {"()": "portal.logs.ContextFilter"}},
+    "formatters": {
+        "text": {"format": "%(message)s"},
+        "json": {"()": "portal.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["context"],
+            "formatter": PORTAL_LOG_FORMAT,
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
