@@ -15,10 +15,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def redis_url():
-    from tests.e2e.conftest import E2E_REDIS_URL
-
-    return E2E_REDIS_URL
+def redis_url(e2e_redis_url):
+    return e2e_redis_url
 
 
 @pytest.fixture
