@@ -375,9 +375,9 @@ def test_jobs_converge_after_leader_kill_expired_history_and_api_outage(
     for job_id in ids:
         wait_state(job_id, {"running", "succeeded"})
     first.kill()
-    killed_at = time.monotonic()
-    wait_for(second.leader, timeout=20, interval=0.2, what="the standby to take over")
-    assert time.monotonic() - killed_at <= 15.5
+    # The standby takes over once the Lease has gone unrenewed for its duration (exactly when:
+    # tests/watcher/test_kube_watch.py, on a clock of its own).
+    wait_for(second.leader, timeout=90, interval=0.2, what="the standby to take over")
     more = [
         submit(client, kind="single", gpus=1, command=["sh", "-c", "sleep 3000; echo ok"])["id"]
         for _ in range(3)
