@@ -31,6 +31,8 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) manage.py demo
 
+# PYTHONDONTWRITEBYTECODE is cleared for pytest: its workers then share the rewritten test
+# modules, and the ~200 processes the tests start (kubesim, celery, uvicorn) the compiled portal.
 # The Python-versions check (pip resolving for 3.12/3.13: network and pip, not our code) runs
 # beside pytest; its output follows pytest's, and either failing fails the target. pytest ends
 # with the 20 slowest tests (--durations=20).
@@ -42,7 +44,7 @@ test: $(STAMP)
 	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) manage.py makemigrations --check --dry-run
 	@versions_log=$$(mktemp); \
 	bash scripts/check-python-versions.sh $(PY) >"$$versions_log" 2>&1 & versions=$$!; \
-	DATABASE_URL=$(TEST_DATABASE_URL) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \
+	DATABASE_URL=$(TEST_DATABASE_URL) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" PYTHONDONTWRITEBYTECODE= \
 		$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=20 $(PYTEST_ARGS); \
 	status=$$?; \
 	if wait $$versions; then cat "$$versions_log"; \
