@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from tests.asgi_server import AsgiServer
-from tests.e2e.conftest import E2E_REDIS_URL, REPO, Worker, _redis_flush, wait_for
+from tests.e2e.conftest import REPO, Worker, _redis_flush, wait_for
 from tests.e2e.private_postgres import PrivatePostgres
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -186,18 +186,18 @@ def cluster_job_ids() -> set[int]:
 
 
 def test_a_database_outage_mid_burst_gives_503s_and_loses_or_doubles_nothing(
-    private_postgres, e2e_kubesim, tmp_path: Path, settings
+    private_postgres, e2e_kubesim, e2e_redis_url, tmp_path: Path, settings
 ):
     from portal.kube.client import reset_api_client
     from tests.e2e.test_jobs_e2e import kubesim_fault
 
     database_url = private_postgres.create_database("portal")
-    _redis_flush(E2E_REDIS_URL)
+    _redis_flush(e2e_redis_url)
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
-        "CELERY_BROKER_URL": E2E_REDIS_URL,
-        "PORTAL_PUBSUB_URL": E2E_REDIS_URL,
+        "CELERY_BROKER_URL": e2e_redis_url,
+        "PORTAL_PUBSUB_URL": e2e_redis_url,
         "KUBECONFIG": str(e2e_kubesim.kubeconfig),
         "PYTHONPATH": str(REPO),
         # Production-like: no debug pages.
