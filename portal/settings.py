@@ -68,6 +68,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Kubelet probes and Prometheus scrapes, before the host check and the HTTPS redirect.
+    "portal.health.ProbeEndpointsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -301,6 +303,9 @@ PORTAL_PUBSUB_URL = env.str(
 # /metrics (Prometheus): with a token, scrapers send "Authorization: Bearer <token>"; without,
 # only loopback callers and staff sessions may read it.
 PORTAL_METRICS_TOKEN = env.str("PORTAL_METRICS_TOKEN", default="")
+# The Celery worker touches this file while its consumer runs (the Kubernetes liveness probe reads
+# it: `python -m portal.probes fresh 60 FILE`); empty = no file.
+PORTAL_WORKER_HEARTBEAT_FILE = env.str("PORTAL_WORKER_HEARTBEAT_FILE", default="")
 # The watcher's leader-election Lease (coordination.k8s.io/v1) and its timings (seconds).
 PORTAL_WATCHER_LEASE_NAMESPACE = env.str("PORTAL_WATCHER_LEASE_NAMESPACE", default="kube-system")
 PORTAL_WATCHER_LEASE_NAME = env.str("PORTAL_WATCHER_LEASE_NAME", default="gpu-portal-watcher")

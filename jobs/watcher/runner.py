@@ -3,6 +3,7 @@ processor; write a heartbeat file the container healthcheck reads."""
 
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -93,6 +94,7 @@ class Watcher:
             return
         state = {
             "time": time.time(),
+            "pid": os.getpid(),
             "identity": self.identity,
             "leader": self.leading,
             "processed": self.processor.processed if self.processor else 0,
