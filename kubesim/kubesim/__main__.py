@@ -2,7 +2,7 @@
 
 python -m kubesim --port PORT --kubeconfig-out PATH [--crds DIR ...] [--no-default-crds]
                   [--state FILE] [--cluster FILE] [--speed N] [--default-duration SECONDS]
-                  [--no-cluster]
+                  [--no-cluster] [--rbac]
 
 The Kueue, Volcano and KAI CRDs the portal targets ship inside the package (kubesim/crds/) and
 are loaded by default, so a kubesim started with no flags validates as the tests' kubesims do.
@@ -101,6 +101,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="watch history kept, in events (older resumes answer 410)",
     )
+    parser.add_argument(
+        "--rbac",
+        action="store_true",
+        help="enforce RBAC as kube-apiserver does (Roles, ClusterRoles and bindings; the "
+        "bootstrap roles are created); the admin kubeconfig stays allowed everything",
+    )
     parser.add_argument("--log-level", default=os.environ.get("KUBESIM_LOG_LEVEL", "WARNING"))
     return parser.parse_args(argv)
 
@@ -186,8 +192,10 @@ async def save_state_forever(store: Store, path: Path) -> None:
 async def serve(options: argparse.Namespace) -> int:
     store, _ = build(options)
     token = options.token or secrets.token_urlsafe(32)
-    server = KubeServer(store, token=token)
+    server = KubeServer(store, token=token, rbac=options.rbac)
+    server.auth.bootstrap()
     certificates = tls.generate((options.host, "localhost", "127.0.0.1"))
+    server.auth.ca_pem = certificates.ca_pem
     workdir = Path(tempfile.mkdtemp(prefix="kubesim-"))
     port = await server.start(options.host, options.port, certificates.server_context(workdir))
     url = f"https://{options.host}:{port}"

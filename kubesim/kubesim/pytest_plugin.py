@@ -5,6 +5,8 @@
 - `kubesim`: one server per test session with the vendored CRDs and the simulated cluster;
 - `kubesim_factory`: start servers with any options inside one test (stopped after it);
 - `kubesim_fresh`: a server of its own for one test (vendored CRDs, no cluster);
+- `kubesim_rbac`: one server per test session that enforces RBAC (`--rbac`; vendored CRDs, no
+  cluster); its admin kubeconfig is allowed everything, other users only what their roles grant;
 - `kube_client`: a kubernetes.client.ApiClient for `kubesim_api`.
 """
 
@@ -32,6 +34,13 @@ def kubesim_api(tmp_path_factory):
 def kubesim(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("kubesim")
     with KubesimProcess(speed=_speed(), workdir=workdir) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def kubesim_rbac(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("kubesim-rbac")
+    with KubesimProcess(no_cluster=True, rbac=True, workdir=workdir) as server:
         yield server
 
 

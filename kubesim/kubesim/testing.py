@@ -50,6 +50,7 @@ class KubesimProcess:
         cluster: Path | None = None,
         speed: float = 1.0,
         no_cluster: bool = False,
+        rbac: bool = False,
         extra_args: list[str] | tuple = (),
         workdir: Path | None = None,
     ):
@@ -58,6 +59,7 @@ class KubesimProcess:
         self.cluster = cluster
         self.speed = speed
         self.no_cluster = no_cluster
+        self.rbac = rbac
         self.extra_args = list(extra_args)
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kubesim-t-"))
@@ -89,6 +91,8 @@ class KubesimProcess:
             cmd += ["--speed", str(self.speed)]
         if self.no_cluster:
             cmd.append("--no-cluster")
+        if self.rbac:
+            cmd.append("--rbac")
         return cmd + self.extra_args
 
     def start(self) -> KubesimProcess:
@@ -200,15 +204,63 @@ class KubesimProcess:
             raise RuntimeError(f"POST {path} answered {status}: {data!r}")
         return data if isinstance(data, dict) else {"raw": data}
 
-    def api_client(self):
-        """A kubernetes.client.ApiClient configured from the kubeconfig."""
+    def api_client(self, token: str | None = None):
+        """A kubernetes.client.ApiClient configured from the kubeconfig (with `token`: the same
+        server and CA, authenticated by that bearer token instead of the admin's)."""
         from kubernetes import client, config
 
         configuration = client.Configuration()
-        config.load_kube_config(
-            config_file=str(self.kubeconfig), client_configuration=configuration
-        )
+        if token is None:
+            config.load_kube_config(
+                config_file=str(self.kubeconfig), client_configuration=configuration
+            )
+        else:
+            kubeconfig = yaml.safe_load(self.kubeconfig.read_text())
+            kubeconfig["users"][0]["user"] = {"token": token}
+            config.load_kube_config_from_dict(kubeconfig, client_configuration=configuration)
         return client.ApiClient(configuration)
+
+    def service_account_token(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        expiration_seconds: int = 3600,
+        audiences: list[str] | None = None,
+        create: bool = True,
+    ) -> str:
+        """A TokenRequest token for the ServiceAccount NAMESPACE/NAME, asked for with the admin
+        token (create: make the namespace and the account first when they are missing)."""
+        if create:
+            for path, body in (
+                ("/api/v1/namespaces", {"metadata": {"name": namespace}}),
+                (
+                    f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                    {"metadata": {"name": name}},
+                ),
+            ):
+                status, data = self.request("POST", path, body)
+                if status >= 400 and status != 409:
+                    raise RuntimeError(f"POST {path} answered {status}: {data!r}")
+        spec: dict = {"expirationSeconds": expiration_seconds}
+        if audiences:
+            spec["audiences"] = audiences
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
+        status, data = self.request(
+            "POST",
+            path,
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+        )
+        if status != 201 or not isinstance(data, dict):
+            raise RuntimeError(f"POST {path} answered {status}: {data!r}")
+        return data["status"]["token"]
+
+    def kubeconfig_for_token(self, token: str, path: Path) -> Path:
+        """Write a kubeconfig at `path` for this server that authenticates with `token`."""
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        config["users"][0]["user"] = {"token": token}
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
 
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, message: str = ""):

@@ -152,6 +152,18 @@ def label_value_errors(value: str) -> list[str]:
 _LABEL_NAMED = {("", "Namespace")}
 _DNS1035_NAMED = {("", "Service")}
 _UNCHECKED_NAMES = {("", "Event"), ("events.k8s.io", "Event")}
+# RBAC objects are named like URL path segments ("system:discovery" is a ClusterRole's name)
+PATH_SEGMENT_NAMED = {
+    ("rbac.authorization.k8s.io", kind)
+    for kind in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+}
+
+
+def path_segment_name_errors(value: str) -> list[str]:
+    """path.IsValidPathSegmentName: anything but ".", ".." and names with "/" or "%"."""
+    if value in (".", ".."):
+        return [f"may not be '{value}'"]
+    return [f"may not contain '{bad}'" for bad in ("/", "%") if bad in value]
 
 
 def _group(api_version) -> str:
@@ -211,7 +223,9 @@ def validate_metadata(obj: dict) -> list[dict]:
     causes = []
     name = meta.get("name")
     if name and isinstance(name, str) and (group, kind) not in _UNCHECKED_NAMES:
-        if (group, kind) in _LABEL_NAMED:
+        if (group, kind) in PATH_SEGMENT_NAMED:
+            messages = path_segment_name_errors(name)
+        elif (group, kind) in _LABEL_NAMED:
             messages = dns1123_label_errors(name)
         elif (group, kind) in _DNS1035_NAMED:
             messages = dns1035_label_errors(name)

@@ -20,6 +20,8 @@ from aiohttp import web
 
 from kubesim.api import errors, protobuf, selectors, tables
 from kubesim.api import patch as patch_module
+from kubesim.api.auth import apis as auth_apis
+from kubesim.api.auth.layer import AuthLayer
 from kubesim.api.builtins import EVENT_FIELDS_V1_TO_CORE
 from kubesim.api.discovery import Discovery, version_info
 from kubesim.api.openapi import OpenAPI
@@ -108,7 +110,9 @@ class _Request:
 
 
 class KubeServer:
-    def __init__(self, store: Store, *, token: str, clock: SimClock | None = None):
+    def __init__(
+        self, store: Store, *, token: str, clock: SimClock | None = None, rbac: bool = False
+    ):
         self.store = store
         self.clock = clock or store.clock
         self.token = token
@@ -118,7 +122,6 @@ class KubeServer:
         self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
         self._extra_routes = web.UrlDispatcher()
         self._subresource_handlers: dict[tuple[str, str, str], object] = {}
-        self._auth_header = f"Bearer {token}"
         self._unavailable_until = 0.0
         self._drop_until = 0.0
         # Writes (POST/PUT/PATCH) whose path contains _write_delay_path wait this long first,
@@ -130,6 +133,9 @@ class KubeServer:
         self.server_address = "127.0.0.1"
         self._watch_tasks: set[asyncio.Task] = set()
         self.stopping = False
+        # authentication always; RBAC authorization with rbac=True (else everything is allowed)
+        self.auth = AuthLayer(store, token, rbac=rbac)
+        auth_apis.install(self)
 
     # ------------------------------------------------------------------ extension points
     def add_route(self, method: str, path: str, handler) -> None:
@@ -190,8 +196,10 @@ class KubeServer:
 
     # ------------------------------------------------------------------ dispatch
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        if request.headers.get("Authorization") != self._auth_header:
-            return error_response(errors.unauthorized())
+        try:
+            request[auth_apis.USER_KEY] = self.auth.check(request)
+        except errors.ApiError as exc:
+            return error_response(exc)
         path = request.path
         if path == "/kubesim/faults" and request.method == "POST":
             try:

@@ -370,7 +370,10 @@ class Store:
 
     # ---------------------------------------------------------------- admission
     def _validate_name(self, rtype: ResourceType, name: str, causes: list[dict]) -> None:
-        if (rtype.group, rtype.kind) in _LABEL_NAMED:
+        if (rtype.group, rtype.kind) in builtin_validation.PATH_SEGMENT_NAMED:
+            for message in builtin_validation.path_segment_name_errors(name):
+                causes.append(errors.invalid_value("metadata.name", name, message))
+        elif (rtype.group, rtype.kind) in _LABEL_NAMED:
             if len(name) > 63 or not _DNS1123_LABEL.match(name):
                 causes.append(errors.invalid_value("metadata.name", name, _LABEL_MSG))
         elif len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):

@@ -1,11 +1,6 @@
-"""The APIs kubectl and clients expect beside stored objects, and what a namespace starts with:
+"""The APIs kubectl and clients expect beside stored objects, and what a namespace starts with
+(authentication, authorization and TokenRequest are API machinery: kubesim/api/auth/):
 
-- authorization.k8s.io/v1 SelfSubjectAccessReview, SelfSubjectRulesReview, SubjectAccessReview
-  (`kubectl auth can-i`); authorization is allow-all (the single admin token), so every review
-  answers allowed, with the reason saying so;
-- authentication.k8s.io/v1 SelfSubjectReview (`kubectl auth whoami`) and TokenReview;
-- serviceaccounts/NAME/token (`kubectl create token`): a TokenRequest answered with a signed-looking
-  JWT naming the account, its audiences and expiry;
 - metrics.k8s.io/v1beta1 NodeMetrics and PodMetrics (`kubectl top`): simulated usage derived from
   each running container's requests (half its CPU request, 60 % of its memory request, floors of
   1m and 8Mi), the node's sum of its pods plus a system share;
@@ -15,10 +10,6 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import uuid
-
 import orjson
 from aiohttp import web
 
@@ -27,12 +18,8 @@ from kubesim.api.quantity import canonical
 from kubesim.api.selectors import labels_match, to_requirements
 from kubesim.controllers.context import follow
 from kubesim.controllers.scheduler import is_terminal, quantity_units
-from kubesim.controllers.workloads import rfc3339
 
-ADMIN_USER = "kubesim-admin"
-ADMIN_GROUPS = ["system:masters", "system:authenticated"]
 ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
-TOKEN_DEFAULT_SECONDS = 3600
 METRICS_GROUP, METRICS_VERSION = "metrics.k8s.io", "v1beta1"
 METRICS_WINDOW = "30s"
 SYSTEM_CPU_MILLI = 250
@@ -64,158 +51,6 @@ class ExtraApis:
         self.ctx = ctx
         self.store = ctx.store
         self.ca_pem = (getattr(ctx.server, "ca_pem", None) or b"").decode()
-
-    # ---------------------------------------------------------------- authorization
-    async def access_review(self, request: web.Request) -> web.Response:
-        kind = (
-            "SelfSubjectAccessReview"
-            if request.path.endswith("selfsubjectaccessreviews")
-            else "SubjectAccessReview"
-        )
-        body = await _read_body(request, kind)
-        spec = body.get("spec") or {}
-        if not spec.get("resourceAttributes") and not spec.get("nonResourceAttributes"):
-            raise errors.invalid(
-                kind,
-                "authorization.k8s.io",
-                "",
-                [
-                    errors.required(
-                        "spec.resourceAttributes",
-                        "exactly one of nonResourceAttributes or resourceAttributes must be "
-                        "specified",
-                    )
-                ],
-            )
-        return _json(
-            {
-                "kind": kind,
-                "apiVersion": "authorization.k8s.io/v1",
-                "metadata": {"creationTimestamp": None},
-                "spec": spec,
-                "status": {
-                    "allowed": True,
-                    "reason": "kubesim authorizes every request of its admin token",
-                },
-            },
-            201,
-        )
-
-    async def rules_review(self, request: web.Request) -> web.Response:
-        body = await _read_body(request, "SelfSubjectRulesReview")
-        return _json(
-            {
-                "kind": "SelfSubjectRulesReview",
-                "apiVersion": "authorization.k8s.io/v1",
-                "metadata": {"creationTimestamp": None},
-                "spec": body.get("spec") or {},
-                "status": {
-                    "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-                    "incomplete": False,
-                },
-            },
-            201,
-        )
-
-    # ---------------------------------------------------------------- authentication
-    async def self_subject_review(self, request: web.Request) -> web.Response:
-        await _read_body(request, "SelfSubjectReview")
-        return _json(
-            {
-                "kind": "SelfSubjectReview",
-                "apiVersion": "authentication.k8s.io/v1",
-                "metadata": {"creationTimestamp": _now(self.ctx)},
-                "status": {"userInfo": {"username": ADMIN_USER, "groups": ADMIN_GROUPS}},
-            },
-            201,
-        )
-
-    async def token_review(self, request: web.Request) -> web.Response:
-        body = await _read_body(request, "TokenReview")
-        token = (body.get("spec") or {}).get("token") or ""
-        status: dict = {"authenticated": False, "user": {}}
-        if token == self.ctx.server.token:
-            status = {
-                "authenticated": True,
-                "user": {"username": ADMIN_USER, "groups": ADMIN_GROUPS},
-            }
-        else:
-            claims = _token_claims(token)
-            if claims is not None:
-                namespace, name = claims.get("ns", ""), claims.get("sa", "")
-                if self.store.try_get("v1", "ServiceAccount", namespace, name) is not None:
-                    status = {
-                        "authenticated": True,
-                        "user": {
-                            "username": f"system:serviceaccount:{namespace}:{name}",
-                            "groups": [
-                                "system:serviceaccounts",
-                                f"system:serviceaccounts:{namespace}",
-                                "system:authenticated",
-                            ],
-                        },
-                        "audiences": claims.get("aud") or [],
-                    }
-        return _json(
-            {
-                "kind": "TokenReview",
-                "apiVersion": "authentication.k8s.io/v1",
-                "metadata": {"creationTimestamp": None},
-                "spec": body.get("spec") or {},
-                "status": status,
-            },
-            201,
-        )
-
-    async def token_request(
-        self, request: web.Request, namespace: str, name: str, rest: str = ""
-    ) -> web.Response:
-        if request.method != "POST":
-            raise errors.method_not_allowed()
-        body = await _read_body(request, "TokenRequest")
-        if self.store.try_get("v1", "ServiceAccount", namespace, name) is None:
-            raise errors.not_found("serviceaccounts", name)
-        spec = dict(body.get("spec") or {})
-        seconds = int(spec.get("expirationSeconds") or TOKEN_DEFAULT_SECONDS)
-        if seconds < 600:
-            raise errors.invalid(
-                "TokenRequest",
-                "authentication.k8s.io",
-                name,
-                [
-                    errors.invalid_value(
-                        "spec.expirationSeconds",
-                        seconds,
-                        "may not specify a duration less than 10 minutes",
-                    )
-                ],
-            )
-        spec["expirationSeconds"] = seconds
-        spec.setdefault("audiences", ["https://kubernetes.default.svc.cluster.local"])
-        spec.setdefault("boundObjectRef", None)
-        now = self.ctx.clock.time()
-        claims = {
-            "aud": spec["audiences"],
-            "exp": int(now + seconds),
-            "iat": int(now),
-            "iss": "https://kubernetes.default.svc.cluster.local",
-            "jti": str(uuid.uuid4()),
-            "sub": f"system:serviceaccount:{namespace}:{name}",
-            "ns": namespace,
-            "sa": name,
-        }
-        token = _sign(claims, self.ctx.server.token)
-        return _json(
-            {
-                "kind": "TokenRequest",
-                "apiVersion": "authentication.k8s.io/v1",
-                "metadata": {"name": name, "namespace": namespace, "creationTimestamp": None},
-                "spec": spec,
-                "status": {"token": token, "expirationTimestamp": rfc3339(now + seconds)},
-            },
-            201,
-        )
 
     # ---------------------------------------------------------------- metrics
     def _pod_metrics(self, pod: dict) -> dict | None:
@@ -373,27 +208,6 @@ class ExtraApis:
                 raise
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _sign(claims: dict, key: str) -> str:
-    header = _b64(orjson.dumps({"alg": "HS256", "kid": "kubesim"}))
-    payload = _b64(orjson.dumps(claims))
-    signature = hashlib.sha256(f"{key}.{header}.{payload}".encode()).digest()
-    return f"{header}.{payload}.{_b64(signature)}"
-
-
-def _token_claims(token: str) -> dict | None:
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    try:
-        return orjson.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except (ValueError, orjson.JSONDecodeError):
-        return None
-
-
 def _discovery(server) -> None:
     def entry(name: str, kind: str, namespaced: bool, verbs: list[str]) -> dict:
         return {
@@ -404,24 +218,6 @@ def _discovery(server) -> None:
             "verbs": verbs,
         }
 
-    server.add_discovery_group(
-        "authorization.k8s.io",
-        "v1",
-        [
-            entry("localsubjectaccessreviews", "LocalSubjectAccessReview", True, ["create"]),
-            entry("selfsubjectaccessreviews", "SelfSubjectAccessReview", False, ["create"]),
-            entry("selfsubjectrulesreviews", "SelfSubjectRulesReview", False, ["create"]),
-            entry("subjectaccessreviews", "SubjectAccessReview", False, ["create"]),
-        ],
-    )
-    server.add_discovery_group(
-        "authentication.k8s.io",
-        "v1",
-        [
-            entry("selfsubjectreviews", "SelfSubjectReview", False, ["create"]),
-            entry("tokenreviews", "TokenReview", False, ["create"]),
-        ],
-    )
     server.add_discovery_group(
         METRICS_GROUP,
         METRICS_VERSION,
@@ -435,23 +231,12 @@ def _discovery(server) -> None:
 def install(ctx) -> ExtraApis:
     apis = ExtraApis(ctx)
     server = ctx.server
-    auth = "/apis/authorization.k8s.io/v1"
-    server.add_route("POST", auth + "/selfsubjectaccessreviews", apis.access_review)
-    server.add_route("POST", auth + "/subjectaccessreviews", apis.access_review)
-    server.add_route(
-        "POST", auth + "/namespaces/{namespace}/localsubjectaccessreviews", apis.access_review
-    )
-    server.add_route("POST", auth + "/selfsubjectrulesreviews", apis.rules_review)
-    authn = "/apis/authentication.k8s.io/v1"
-    server.add_route("POST", authn + "/selfsubjectreviews", apis.self_subject_review)
-    server.add_route("POST", authn + "/tokenreviews", apis.token_review)
     metrics = f"/apis/{METRICS_GROUP}/{METRICS_VERSION}"
     server.add_route("GET", metrics + "/nodes", apis.node_metrics)
     server.add_route("GET", metrics + "/nodes/{name}", apis.node_metrics)
     server.add_route("GET", metrics + "/pods", apis.pod_metrics)
     server.add_route("GET", metrics + "/namespaces/{namespace}/pods", apis.pod_metrics)
     server.add_route("GET", metrics + "/namespaces/{namespace}/pods/{name}", apis.pod_metrics)
-    server.set_subresource_handler("v1", "ServiceAccount", "token", apis.token_request)
     _discovery(server)
 
     def namespace_written(event_type: str, rtype, obj: dict, old: dict | None) -> None:
