@@ -42,6 +42,8 @@ KINDS: dict[str, tuple[str, bool]] = {
     "Command": ("commands", True),
     "PersistentVolumeClaim": ("persistentvolumeclaims", True),
     "PersistentVolume": ("persistentvolumes", False),
+    "NetworkPolicy": ("networkpolicies", True),
+    "RoleBinding": ("rolebindings", True),
 }
 
 

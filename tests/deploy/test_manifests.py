@@ -62,12 +62,16 @@ def test_each_overlay_renders_the_whole_portal(overlay):
         ("PodDisruptionBudget", "gpu-portal-watcher"),
     ]:
         assert (kind, name) in found, f"{overlay} lacks {kind} {name}"
-    namespaced = [o for o in objects if o["kind"] != "Namespace"]
-    assert all(
-        o["metadata"].get("namespace") == PORTAL_NAMESPACE
-        for o in namespaced
-        if o["kind"] not in ("ClusterRole", "ClusterRoleBinding")
-    )
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+    elsewhere = {("Role", "gpu-portal-metrics"), ("RoleBinding", "gpu-portal-metrics")}
+    for obj in objects:
+        key = (obj["kind"], obj["metadata"]["name"])
+        if obj["kind"] in cluster_scoped:
+            assert "namespace" not in obj["metadata"], key
+        elif key in elsewhere:  # beside the dcgm-exporter pods it scrapes
+            assert obj["metadata"]["namespace"] == "gpu-operator", key
+        else:
+            assert obj["metadata"]["namespace"] == PORTAL_NAMESPACE, key
     datastores = {("StatefulSet", "postgres"), ("StatefulSet", "redis")}
     if overlay == "in-cluster-db":
         assert datastores <= set(found)
