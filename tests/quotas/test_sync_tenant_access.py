@@ -6,9 +6,22 @@ from __future__ import annotations
 
 import pytest
 
-from tests.quotas.test_sync_kubesim import _org, cluster  # noqa: F401 - the fixture
+from tests.quotas.test_sync_kubesim import _org
 
 pytestmark = [pytest.mark.kubesim, pytest.mark.django_db]
+
+
+@pytest.fixture
+def cluster(kubesim_fresh, settings):
+    """A kubesim of this test's own (API machinery and CRDs), the portal's client pointed at it."""
+    from portal.kube.client import reset_api_client
+
+    settings.KUBECONFIG = str(kubesim_fresh.kubeconfig)
+    settings.PORTAL_KUBE_QPS = 0
+    reset_api_client()
+    yield kubesim_fresh
+    reset_api_client()
+
 
 NETWORKING = "networking.k8s.io/v1"
 RBAC = "rbac.authorization.k8s.io/v1"
