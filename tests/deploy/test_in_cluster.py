@@ -110,3 +110,29 @@ def test_a_missing_token_file_says_so(settings, tmp_path):
     settings.PORTAL_KUBE_HOST = "https://127.0.0.1:6443"
     with pytest.raises(ConfigException, match="token file does not exist"):
         build_api_client()
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "denial"),
+    [
+        (
+            403,
+            'jobs.batch "gp-job-1" is forbidden: User "system:serviceaccount:gpu-portal:gpu-portal"'
+            ' cannot patch resource "jobs" in API group "batch" in the namespace "gp-a"',
+            True,
+        ),
+        # a terminating namespace and an admission webhook also answer 403: not a permission
+        (
+            403,
+            'jobs.batch "gp-job-1" is forbidden: unable to create new content in namespace gp-a '
+            "because it is being terminated",
+            False,
+        ),
+        (403, 'admission webhook "vjob.kb.io" denied the request: forbidden image', False),
+        (422, 'Job.batch "gp-job-1" is invalid: spec.parallelism: Invalid value', False),
+    ],
+)
+def test_a_permission_refusal_is_told_apart(status, message, denial):
+    from portal.kube.apply import PermanentKubeError, is_rbac_denial
+
+    assert is_rbac_denial(PermanentKubeError(message, status=status)) is denial

@@ -45,11 +45,17 @@ def test_a_fresh_heartbeat_of_a_process_that_is_gone_is_not_healthy(tmp_path, ca
 
 def test_the_running_watcher_writes_its_pid_into_the_heartbeat(tmp_path):
     import os
+    from types import SimpleNamespace
 
     from jobs.watcher.runner import Watcher
 
     watcher = Watcher.__new__(Watcher)  # the heartbeat alone: no elector, no cluster
     watcher.health_file = tmp_path / "watcher.json"
     watcher.identity, watcher.stop, watcher.processor = "w-1", None, None
+    watcher.elector = SimpleNamespace(last_error='leases "w" is forbidden: ...')
+    watcher.informers = []
     watcher.heartbeat()
-    assert json.loads(watcher.health_file.read_text())["pid"] == os.getpid()
+    state = json.loads(watcher.health_file.read_text())
+    assert state["pid"] == os.getpid()
+    # what it cannot read is there for staff to see
+    assert state["errors"] == {"lease": 'leases "w" is forbidden: ...'}
