@@ -572,10 +572,12 @@ class Stack:
         cluster: str | Path | None = None,
         speed: float = 1.0,
         no_cluster: bool = False,
+        rbac: bool = False,
         crds: Sequence[str | Path] = (),
         workdir: Path | None = None,
     ):
-        """A started kubesim (kubesim.testing.KubesimProcess). `cluster`: a file, or its YAML."""
+        """A started kubesim (kubesim.testing.KubesimProcess). `cluster`: a file, or its YAML;
+        `rbac`: enforce RBAC (--rbac)."""
         from kubesim.testing import KubesimProcess
 
         workdir = workdir or self.workdir / name
@@ -588,6 +590,7 @@ class Stack:
             cluster=Path(cluster) if cluster else None,
             speed=speed,
             no_cluster=no_cluster,
+            rbac=rbac,
             workdir=workdir,
         ).start()
         service = Service(name, "kubesim", ks.process, ks.log_file, stopper=ks.stop)

@@ -21,6 +21,7 @@ from aiohttp import web
 from kubesim.api import errors, protobuf, selectors, tables
 from kubesim.api import patch as patch_module
 from kubesim.api.auth import apis as auth_apis
+from kubesim.api.auth.escalation import CURRENT_USER
 from kubesim.api.auth.layer import AuthLayer
 from kubesim.api.builtins import EVENT_FIELDS_V1_TO_CORE
 from kubesim.api.discovery import Discovery, version_info
@@ -197,9 +198,11 @@ class KubeServer:
     # ------------------------------------------------------------------ dispatch
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         try:
-            request[auth_apis.USER_KEY] = self.auth.check(request)
+            user = request[auth_apis.USER_KEY] = self.auth.check(request)
         except errors.ApiError as exc:
             return error_response(exc)
+        # what the store's RBAC admission (escalation check) reads; each request is its own task
+        CURRENT_USER.set(user)
         path = request.path
         if path == "/kubesim/faults" and request.method == "POST":
             try:
@@ -861,6 +864,8 @@ class KubeServer:
             and subresource is None
             and self.store.try_get_raw(req.rtype, req.namespace, req.name) is None
         )
+        if created:
+            self.auth.check_create_on_apply(request, request[auth_apis.USER_KEY])
         manager = request.query.get("fieldManager")
         if patch_type != "apply":
             manager = self._field_manager(request)

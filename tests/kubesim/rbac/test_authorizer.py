@@ -219,22 +219,43 @@ def test_a_binding_to_a_missing_role_is_reported_in_the_denial(authorizer):
     assert decision.reason == 'RBAC: role.rbac.authorization.k8s.io "missing" not found'
 
 
-def test_rules_change_when_the_policy_is_reloaded():
+def test_writes_change_the_answers_they_concern_and_no_others():
+    authorizer = RBACAuthorizer.from_objects(POLICY)
+    wanted = _attrs(RUNNER, "list", "secrets", "team-a")
+    pods = _attrs(RUNNER, "list", "pods", "team-a")
+    nodes = _attrs(RUNNER, "get", "nodes", name="gpu-1")
+    assert not authorizer.authorize(wanted).allowed
+    assert authorizer.authorize(pods).allowed
+    role = _role(
+        "secrets",
+        [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}],
+        namespace="team-a",
+    )
+    binding = _binding("secrets", "Role", "secrets", [_sa("runner")], namespace="team-a")
+    authorizer.changed("ADDED", role)
+    assert not authorizer.authorize(wanted).allowed  # a role alone grants nothing
+    authorizer.changed("ADDED", binding)
+    assert authorizer.authorize(wanted).allowed
+    assert authorizer.authorize(pods).allowed
+    authorizer.changed("DELETED", role)
+    decision = authorizer.authorize(wanted)
+    assert not decision.allowed
+    assert decision.reason == 'RBAC: role.rbac.authorization.k8s.io "secrets" not found'
+    # a ClusterRole's rules change wherever it is bound
+    assert authorizer.authorize(nodes).allowed
+    authorizer.changed("MODIFIED", _role("node-reader", [], kind="ClusterRole"))
+    assert not authorizer.authorize(nodes).allowed
+
+
+def test_a_reload_reads_the_policy_again():
     objects = list(POLICY)
     authorizer = RBACAuthorizer(lambda: objects)
-    wanted = _attrs(RUNNER, "list", "secrets", "team-a")
-    assert not authorizer.authorize(wanted).allowed
-    objects.append(
-        _role(
-            "secrets",
-            [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}],
-            namespace="team-a",
-        )
-    )
-    objects.append(_binding("secrets", "Role", "secrets", [_sa("runner")], namespace="team-a"))
-    assert not authorizer.authorize(wanted).allowed  # cached until told
-    authorizer.invalidate()
+    wanted = _attrs(RUNNER, "list", "pods", "team-a")
     assert authorizer.authorize(wanted).allowed
+    objects.remove(next(o for o in objects if o["metadata"]["name"] == "runner"))
+    assert authorizer.authorize(wanted).allowed  # cached until told
+    authorizer.invalidate()
+    assert not authorizer.authorize(wanted).allowed
 
 
 def test_rules_for_lists_what_a_user_may_do_in_a_namespace(authorizer):

@@ -433,3 +433,109 @@ def test_legacy_token_secrets_are_filled_and_authenticate(kubesim_rbac, admin, r
     assert kubesim_rbac.request("GET", path, token=token)[0] == 200
     core.delete_namespaced_secret("runner-token", ns)
     assert kubesim_rbac.request("GET", path, token=token)[0] == 401
+
+
+def test_server_side_apply_is_patch_and_creating_by_apply_also_needs_create(
+    kubesim_rbac, admin, runner
+):
+    ns = runner.namespace
+    client.CoreV1Api(admin).create_namespaced_config_map(ns, {"metadata": {"name": "present"}})
+    grant(
+        kubesim_rbac,
+        ns,
+        "patcher",
+        [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]}],
+        [sa_subject(runner)],
+    )
+
+    def apply(name: str) -> tuple[int, dict]:
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
+        return runner.request(
+            "PATCH",
+            f"/api/v1/namespaces/{ns}/configmaps/{name}?fieldManager=portal&force=true",
+            body,
+            headers={"Content-Type": "application/apply-patch+yaml"},
+        )
+
+    assert apply("present")[0] == 200
+    status, body = apply("absent")
+    # kube-apiserver's create-on-update check words it with the authorizer's reason alone
+    assert (status, body["message"]) == (403, 'configmaps "absent" is forbidden: ')
+    grant(
+        kubesim_rbac,
+        ns,
+        "creator",
+        [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}],
+        [sa_subject(runner)],
+    )
+    assert apply("absent")[0] == 201
+
+
+def test_logs_and_the_dcgm_exporter_proxy_of_a_running_cluster(kubesim_factory):
+    server = kubesim_factory(rbac=True, speed=20)
+    portal = Account(server, "gpu-portal", "portal")
+    grant(
+        server,
+        None,
+        "portal",
+        [
+            {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
+        ],
+        [sa_subject(portal)],
+    )
+    client.CoreV1Api(server.api_client()).create_namespace({"metadata": {"name": "team-a"}})
+    client.BatchV1Api(portal.api_client).create_namespaced_job(
+        "team-a",
+        {
+            "metadata": {"name": "hello"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {"name": "main", "image": "busybox", "command": ["echo", "hi"]}
+                        ],
+                    }
+                }
+            },
+        },
+    )
+    core = portal.core()
+
+    def printed():
+        pods = core.list_namespaced_pod("team-a").items
+        try:
+            return pods and "hi" in str(
+                core.read_namespaced_pod_log(pods[0].metadata.name, "team-a")
+            )
+        except ApiException as exc:  # 400 while the container is being created
+            if exc.status != 400:
+                raise
+            return False
+
+    wait_for(printed, timeout=60, message="the job's pod never printed")
+    exporter = core.list_namespaced_pod("gpu-operator").items[0].metadata.name
+    target = f"{exporter}:9400"
+    assert _forbidden(
+        core.connect_get_namespaced_pod_proxy_with_path, target, "gpu-operator", "metrics"
+    ) == (
+        f'pods "{target}" is forbidden: User "{portal.username}" cannot get resource '
+        f'"pods/proxy" in API group "" in the namespace "gpu-operator"'
+    )
+    grant(
+        server,
+        "gpu-operator",
+        "portal-scrapes-dcgm",
+        [
+            {
+                "apiGroups": [""],
+                "resources": ["pods/proxy"],
+                "resourceNames": [target],
+                "verbs": ["get"],
+            }
+        ],
+        [sa_subject(portal)],
+    )
+    metrics = core.connect_get_namespaced_pod_proxy_with_path(target, "gpu-operator", "metrics")
+    assert "DCGM_FI_DEV_GPU_UTIL" in str(metrics)

@@ -7,6 +7,7 @@
 - `rbac`: the RBAC authorizer (Roles, ClusterRoles, bindings; rules compiled and cached);
 - `bootstrap`: the default ClusterRoles and bindings a cluster starts with;
 - `aggregation`: the clusterrole-aggregation controller (aggregationRule -> rules);
+- `escalation`: no Role or binding granting more than its writer holds (escalate/bind verbs);
 - `apis`: TokenRequest, TokenReview, SelfSubjectReview and the access/rules reviews;
 - `layer`: what the server calls on every request.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from kubesim.api import errors
+from kubesim.api.auth.escalation import CURRENT_USER
 from kubesim.api.selectors import label_selector_from_dict, labels_match
 
 log = logging.getLogger("kubesim.rbac")
@@ -62,6 +63,8 @@ class ClusterRoleAggregator:
             self._again = True
             return
         self._running = True
+        # the controller writes as itself, not as the user whose write woke it
+        acting = CURRENT_USER.set(None)
         try:
             for _ in range(20):  # chains of aggregated roles settle in a few passes
                 self._again = False
@@ -69,6 +72,7 @@ class ClusterRoleAggregator:
                 if not self._again:
                     break
         finally:
+            CURRENT_USER.reset(acting)
             self._running = False
 
     def _sync_once(self) -> None:

@@ -21,7 +21,7 @@ from kubesim.api.auth.requestinfo import Attributes
 from kubesim.api.auth.user import ADMIN, UserInfo
 from kubesim.clock import rfc3339
 
-USER_KEY = "kubesim.user"
+USER_KEY = web.RequestKey("kubesim.user", UserInfo)  # who the request acts as
 MIN_TOKEN_SECONDS = 600
 MAX_TOKEN_SECONDS = 1 << 32
 DEFAULT_TOKEN_SECONDS = 3600

@@ -35,6 +35,40 @@ NODE_NAME = "authentication.kubernetes.io/node-name"
 NODE_UID = "authentication.kubernetes.io/node-uid"
 
 
+class _BoundToken:
+    """What a verified TokenRequest token says, parsed once."""
+
+    __slots__ = ("audiences", "bound", "expires", "namespace", "not_before", "sa_name", "user")
+
+    def __init__(self, claims: dict):
+        self.expires = float(claims["exp"])
+        self.not_before = float(claims.get("nbf", 0))
+        audiences = claims.get("aud") or []
+        self.audiences = frozenset([audiences] if isinstance(audiences, str) else audiences)
+        private = claims["kubernetes.io"]
+        self.namespace = private.get("namespace") or ""
+        account = private.get("serviceaccount") or {}
+        self.sa_name = account.get("name") or ""
+        sa_uid = account.get("uid") or ""
+        extra: dict[str, tuple[str, ...]] = {}
+        if claims.get("jti"):
+            extra[CREDENTIAL_ID] = (f"JTI={claims['jti']}",)
+        # (kind, name, uid) of the objects the token dies with: the account, a pod or secret
+        self.bound = [("ServiceAccount", self.sa_name, sa_uid)]
+        for claim, kind in (("pod", "Pod"), ("secret", "Secret")):
+            ref = private.get(claim)
+            if ref:
+                self.bound.append((kind, ref.get("name") or "", ref.get("uid") or ""))
+                if claim == "pod":
+                    extra[POD_NAME] = (ref.get("name") or "",)
+                    extra[POD_UID] = (ref.get("uid") or "",)
+        node = private.get("node")
+        if node:
+            extra[NODE_NAME] = (node.get("name") or "",)
+            extra[NODE_UID] = (node.get("uid") or "",)
+        self.user = service_account_user(self.namespace, self.sa_name, sa_uid, extra)
+
+
 class Authenticator:
     def __init__(self, store, issuer: TokenIssuer, admin_token: str, *, anonymous: bool = False):
         self.store = store
@@ -42,6 +76,11 @@ class Authenticator:
         self.admin_token = admin_token
         self.anonymous = anonymous
         self.audiences = tokens.API_AUDIENCES
+        self._parsed: dict[str, _BoundToken | None] = {}
+        registry = store.registry
+        self._types = {
+            kind: registry.by_kind("v1", kind) for kind in ("ServiceAccount", "Pod", "Secret")
+        }
 
     def authenticate_header(self, header: str | None) -> UserInfo | None:
         scheme, _, token = (header or "").partition(" ")
@@ -56,62 +95,43 @@ class Authenticator:
         """The user of a bearer token, or None (audiences: those the caller accepts)."""
         if hmac.compare_digest(token, self.admin_token):
             return ADMIN
-        claims = self.issuer.verified_claims(token)
-        if claims is None:
-            return None
-        if claims.get("iss") == tokens.LEGACY_ISSUER:
-            return self._legacy_user(token, claims)
-        if claims.get("iss") != tokens.ISSUER:
-            return None
-        return self._bound_user(claims, audiences or self.audiences)
+        parsed = self._parsed.get(token)
+        if parsed is None:
+            claims = self.issuer.verified_claims(token)
+            if claims is None:
+                return None
+            if claims.get("iss") == tokens.LEGACY_ISSUER:
+                return self._legacy_user(token, claims)
+            if claims.get("iss") != tokens.ISSUER:
+                return None
+            try:
+                parsed = _BoundToken(claims)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                return None
+            if len(self._parsed) >= 10_000:
+                self._parsed.clear()
+            self._parsed[token] = parsed
+        return self._bound_user(parsed, audiences or self.audiences)
 
-    def _service_account(self, namespace: str, name: str, uid: str) -> dict | None:
-        account = self.store.try_get("v1", "ServiceAccount", namespace, name)
-        if account is None or account["metadata"].get("deletionTimestamp"):
-            return None
-        if uid and account["metadata"].get("uid") != uid:
-            return None
-        return account
+    def _alive(self, kind: str, namespace: str, name: str, uid: str) -> bool:
+        """The object is there, not being deleted, and is the one the token names (its uid)."""
+        obj = self.store.try_get_raw(self._types[kind], namespace, name)
+        if obj is None:
+            return False
+        meta = obj["metadata"]
+        return not meta.get("deletionTimestamp") and (not uid or meta.get("uid") == uid)
 
-    def _bound_user(self, claims: dict, audiences: tuple[str, ...]) -> UserInfo | None:
+    def _bound_user(self, token: _BoundToken, audiences: tuple[str, ...]) -> UserInfo | None:
         now = self.store.clock.time()
-        try:
-            expires, not_before = float(claims["exp"]), float(claims.get("nbf", 0))
-        except (KeyError, TypeError, ValueError):
+        leeway = tokens.LEEWAY_SECONDS
+        if now > token.expires + leeway or now < token.not_before - leeway:
             return None
-        if now > expires + tokens.LEEWAY_SECONDS or now < not_before - tokens.LEEWAY_SECONDS:
+        if token.audiences.isdisjoint(audiences):
             return None
-        token_audiences = claims.get("aud") or []
-        if isinstance(token_audiences, str):
-            token_audiences = [token_audiences]
-        if not set(token_audiences) & set(audiences):
-            return None
-        private = claims.get("kubernetes.io")
-        if not isinstance(private, dict):
-            return None
-        namespace = private.get("namespace") or ""
-        account = private.get("serviceaccount") or {}
-        name, uid = account.get("name", ""), account.get("uid", "")
-        if self._service_account(namespace, name, uid) is None:
-            return None
-        extra: dict[str, tuple[str, ...]] = {}
-        if claims.get("jti"):
-            extra[CREDENTIAL_ID] = (f"JTI={claims['jti']}",)
-        for kind, api_version, kind_name in (("pod", "v1", "Pod"), ("secret", "v1", "Secret")):
-            ref = private.get(kind)
-            if not ref:
-                continue
-            bound = self.store.try_get(api_version, kind_name, namespace, ref.get("name", ""))
-            if bound is None or bound["metadata"].get("uid") != ref.get("uid"):
+        for kind, name, uid in token.bound:
+            if not self._alive(kind, token.namespace, name, uid):
                 return None  # the token died with the object it was bound to
-            if kind == "pod":
-                extra[POD_NAME] = (ref["name"],)
-                extra[POD_UID] = (ref["uid"],)
-        node = private.get("node")
-        if node:
-            extra[NODE_NAME] = (node.get("name", ""),)
-            extra[NODE_UID] = (node.get("uid", ""),)
-        return service_account_user(namespace, name, uid, extra)
+        return token.user
 
     def _legacy_user(self, token: str, claims: dict) -> UserInfo | None:
         prefix = tokens.LEGACY_PREFIX
@@ -119,7 +139,7 @@ class Authenticator:
         secret_name = claims.get(prefix + "secret.name") or ""
         name = claims.get(prefix + "service-account.name") or ""
         uid = claims.get(prefix + "service-account.uid") or ""
-        secret = self.store.try_get("v1", "Secret", namespace, secret_name)
+        secret = self.store.try_get_raw(self._types["Secret"], namespace, secret_name)
         if secret is None or secret["metadata"].get("deletionTimestamp"):
             return None
         stored = (secret.get("data") or {}).get("token") or ""
@@ -128,7 +148,7 @@ class Authenticator:
                 return None
         except ValueError:
             return None
-        if self._service_account(namespace, name, uid) is None:
+        if not self._alive("ServiceAccount", namespace, name, uid):
             return None
         return service_account_user(namespace, name, uid)
 

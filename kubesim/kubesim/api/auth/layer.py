@@ -10,7 +10,13 @@ from kubesim.api import errors
 from kubesim.api.auth import bootstrap, tokens
 from kubesim.api.auth.aggregation import ClusterRoleAggregator
 from kubesim.api.auth.authn import Authenticator, impersonated_user, impersonation_requests
-from kubesim.api.auth.rbac import Decision, RBACAuthorizer, forbidden_error
+from kubesim.api.auth.escalation import EscalationCheck
+from kubesim.api.auth.rbac import (
+    Decision,
+    RBACAuthorizer,
+    create_on_update_forbidden,
+    forbidden_error,
+)
 from kubesim.api.auth.requestinfo import Attributes, request_attributes
 from kubesim.api.auth.tokens import TokenIssuer
 from kubesim.api.auth.user import ADMIN, UserInfo
@@ -42,6 +48,16 @@ class AuthLayer:
         if rbac:
             self.aggregator = ClusterRoleAggregator(store)
             store.add_write_listener(self.aggregator.on_write)
+            escalation = EscalationCheck(self.authorize, self.rules_for)
+            rbac_version = f"{RBAC_GROUP}/v1"
+            escalation.cluster_roles = lambda name: store.try_get(
+                rbac_version, "ClusterRole", None, name
+            )
+            escalation.roles = lambda namespace, name: store.try_get(
+                rbac_version, "Role", namespace, name
+            )
+            for kind in RBAC_KINDS:
+                store.add_admission_hook(rbac_version, kind, escalation.check)
 
     # ------------------------------------------------------------------ policy
     def _policy_objects(self):
@@ -68,7 +84,9 @@ class AuthLayer:
 
     def _on_write(self, event_type: str, rtype, obj: dict, old: dict | None) -> None:
         if rtype.group == RBAC_GROUP:
-            self.authorizer.invalidate()
+            if obj.get("kind") != rtype.kind:
+                obj = {**obj, "kind": rtype.kind}
+            self.authorizer.changed(event_type, obj)
         elif (
             rtype.group == ""
             and rtype.kind == "Secret"
@@ -168,3 +186,13 @@ class AuthLayer:
             if not decision.allowed:
                 raise forbidden_error(attrs, decision.reason)
         return user
+
+    def check_create_on_apply(self, request, user: UserInfo) -> None:
+        """A server-side apply that creates its object needs "create" besides "patch"."""
+        if not self.rbac or user.is_privileged:
+            return
+        attrs = request_attributes(user, request.method, request.path, request.query)
+        attrs.verb = "create"
+        decision = self.authorizer.authorize(attrs)
+        if not decision.allowed:
+            raise create_on_update_forbidden(attrs, decision.reason)

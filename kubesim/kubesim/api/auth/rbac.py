@@ -133,45 +133,86 @@ class _Binding:
 
 
 class _Policy:
-    """The RBAC objects of one moment, indexed."""
+    """The RBAC objects, indexed; roles compiled when first used; kept current by `apply`."""
 
     def __init__(self, objects: Iterable[dict]):
-        self.cluster_roles: dict[str, tuple[CompiledRule, ...]] = {}
-        self.roles: dict[tuple[str, str], tuple[CompiledRule, ...]] = {}
-        self.cluster_bindings: list[_Binding] = []
-        self.bindings: dict[str, list[_Binding]] = {}
+        self._cluster_roles: dict[str, dict] = {}
+        self._roles: dict[tuple[str, str], dict] = {}
+        self._compiled: dict[tuple[str, str], tuple[CompiledRule, ...]] = {}
+        self._cluster_bindings: dict[str, _Binding] = {}
+        self._bindings: dict[str, dict[str, _Binding]] = {}
+        self._sorted_cluster_bindings: list[_Binding] | None = None
+        self._sorted_bindings: dict[str, list[_Binding]] = {}
         for obj in objects:
-            kind = obj.get("kind")
-            meta = obj.get("metadata") or {}
-            if kind == "ClusterRole":
-                self.cluster_roles[meta["name"]] = self._compile(obj)
-            elif kind == "Role":
-                self.roles[(meta.get("namespace") or "", meta["name"])] = self._compile(obj)
-            elif kind == "ClusterRoleBinding":
-                self.cluster_bindings.append(_Binding(obj))
-            elif kind == "RoleBinding":
-                binding = _Binding(obj)
-                self.bindings.setdefault(binding.namespace, []).append(binding)
-        self.cluster_bindings.sort(key=lambda b: b.name)
-        for bindings in self.bindings.values():
-            bindings.sort(key=lambda b: b.name)
+            self.apply("ADDED", obj)
 
-    @staticmethod
-    def _compile(role: dict) -> tuple[CompiledRule, ...]:
-        return tuple(CompiledRule(rule) for rule in role.get("rules") or () if rule)
+    def apply(self, event_type: str, obj: dict) -> None:
+        """Take one written object into the index (event_type DELETED: drop it)."""
+        kind = obj.get("kind")
+        meta = obj.get("metadata") or {}
+        name = meta.get("name") or ""
+        namespace = meta.get("namespace") or ""
+        gone = event_type == "DELETED"
+        if kind == "ClusterRole":
+            self._compiled.pop(("", name), None)
+            if gone:
+                self._cluster_roles.pop(name, None)
+            else:
+                self._cluster_roles[name] = obj
+        elif kind == "Role":
+            self._compiled.pop((namespace, name), None)
+            if gone:
+                self._roles.pop((namespace, name), None)
+            else:
+                self._roles[(namespace, name)] = obj
+        elif kind == "ClusterRoleBinding":
+            self._sorted_cluster_bindings = None
+            if gone:
+                self._cluster_bindings.pop(name, None)
+            else:
+                self._cluster_bindings[name] = _Binding(obj)
+        elif kind == "RoleBinding":
+            self._sorted_bindings.pop(namespace, None)
+            bindings = self._bindings.setdefault(namespace, {})
+            if gone:
+                bindings.pop(name, None)
+            else:
+                bindings[name] = _Binding(obj)
+
+    def cluster_bindings(self) -> list[_Binding]:
+        if self._sorted_cluster_bindings is None:
+            self._sorted_cluster_bindings = sorted(
+                self._cluster_bindings.values(), key=lambda b: b.name
+            )
+        return self._sorted_cluster_bindings
+
+    def bindings(self, namespace: str) -> list[_Binding]:
+        found = self._sorted_bindings.get(namespace)
+        if found is None:
+            found = sorted((self._bindings.get(namespace) or {}).values(), key=lambda b: b.name)
+            self._sorted_bindings[namespace] = found
+        return found
+
+    def _rules(self, key: tuple[str, str], role: dict) -> tuple[CompiledRule, ...]:
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = tuple(CompiledRule(rule) for rule in role.get("rules") or () if rule)
+            self._compiled[key] = compiled
+        return compiled
 
     def role_rules(self, binding: _Binding) -> tuple[tuple[CompiledRule, ...] | None, str]:
         """The rules a binding refers to, or None and the error kube-apiserver reports."""
         if binding.role_kind == "ClusterRole":
-            rules = self.cluster_roles.get(binding.role_name)
-            if rules is None:
+            role = self._cluster_roles.get(binding.role_name)
+            if role is None:
                 return None, f'clusterrole.{RBAC_GROUP} "{binding.role_name}" not found'
-            return rules, ""
+            return self._rules(("", binding.role_name), role), ""
         if binding.role_kind == "Role":
-            rules = self.roles.get((binding.namespace, binding.role_name))
-            if rules is None:
+            key = (binding.namespace, binding.role_name)
+            role = self._roles.get(key)
+            if role is None:
                 return None, f'role.{RBAC_GROUP} "{binding.role_name}" not found'
-            return rules, ""
+            return self._rules(key, role), ""
         return None, f'unsupported role reference kind: "{binding.role_kind}"'
 
 
@@ -180,13 +221,16 @@ _Resolved = tuple[tuple[tuple[str, CompiledRule], ...], tuple[str, ...]]
 
 
 class RBACAuthorizer:
-    """Authorizes requests by the RBAC objects `load()` returns (re-read after `invalidate()`)."""
+    """Authorizes requests by the RBAC objects `load()` returns, read when first needed and then
+    kept current by `changed()` for every RBAC write (or re-read after `invalidate()`)."""
 
     def __init__(self, load: Callable[[], Iterable[dict]]):
         self._load = load
         self._policy: _Policy | None = None
+        # (user, groups) -> rules of the ClusterRoleBindings naming them
         self._cluster_cache: dict[tuple, _Resolved] = {}
-        self._namespace_cache: dict[tuple, _Resolved] = {}
+        # namespace -> (user, groups) -> rules of that namespace's RoleBindings naming them
+        self._namespace_cache: dict[str, dict[tuple, _Resolved]] = {}
 
     @classmethod
     def from_objects(cls, objects: Iterable[dict]) -> RBACAuthorizer:
@@ -197,6 +241,20 @@ class RBACAuthorizer:
         self._policy = None
         self._cluster_cache = {}
         self._namespace_cache = {}
+
+    def changed(self, event_type: str, obj: dict) -> None:
+        """An RBAC object was written: update the index, drop only the answers it can change."""
+        if self._policy is None:
+            return  # read in full at the next decision
+        self._policy.apply(event_type, obj)
+        kind = obj.get("kind")
+        if kind in ("Role", "RoleBinding"):
+            self._namespace_cache.pop((obj.get("metadata") or {}).get("namespace") or "", None)
+        elif kind == "ClusterRoleBinding":
+            self._cluster_cache = {}
+        else:  # a ClusterRole may be bound anywhere
+            self._cluster_cache = {}
+            self._namespace_cache = {}
 
     @property
     def policy(self) -> _Policy:
@@ -225,7 +283,7 @@ class RBACAuthorizer:
         resolved = self._cluster_cache.get(key)
         if resolved is None:
             policy = self.policy
-            resolved = self._resolve(policy, policy.cluster_bindings, user)
+            resolved = self._resolve(policy, policy.cluster_bindings(), user)
             if len(self._cluster_cache) >= _CACHE_LIMIT:
                 self._cluster_cache.clear()
             self._cluster_cache[key] = resolved
@@ -234,14 +292,19 @@ class RBACAuthorizer:
     def _namespace_rules(self, user: UserInfo, namespace: str) -> _Resolved:
         if not namespace:
             return (), ()
-        key = (user.name, user.groups, namespace)
-        resolved = self._namespace_cache.get(key)
-        if resolved is None:
-            policy = self.policy
-            resolved = self._resolve(policy, policy.bindings.get(namespace, ()), user)
+        cache = self._namespace_cache.get(namespace)
+        if cache is None:
             if len(self._namespace_cache) >= _CACHE_LIMIT:
                 self._namespace_cache.clear()
-            self._namespace_cache[key] = resolved
+            cache = self._namespace_cache[namespace] = {}
+        key = (user.name, user.groups)
+        resolved = cache.get(key)
+        if resolved is None:
+            policy = self.policy
+            resolved = self._resolve(policy, policy.bindings(namespace), user)
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            cache[key] = resolved
         return resolved
 
     # ------------------------------------------------------------------ decisions
@@ -329,3 +392,14 @@ def forbidden_error(attrs: Attributes, reason: str = "") -> errors.ApiError:
     else:
         message = f"forbidden: {detail}"
     return errors.forbidden(message, details=details)
+
+
+def create_on_update_forbidden(attrs: Attributes, reason: str) -> errors.ApiError:
+    """The 403 of an apply that would create an object its user may patch but not create
+    (kube-apiserver's withAuthorization: the authorizer's reason alone, empty from RBAC)."""
+    qualified = f"{attrs.resource}.{attrs.api_group}" if attrs.api_group else attrs.resource
+    details: dict = {"name": attrs.name}
+    if attrs.api_group:
+        details["group"] = attrs.api_group
+    details["kind"] = attrs.resource
+    return errors.forbidden(f'{qualified} "{attrs.name}" is forbidden: {reason}', details=details)
