@@ -99,6 +99,8 @@ def can_i(server, *args: str) -> bool:
 CAN_I = [
     # jobs: written into project namespaces only
     ("submit a job", ["patch", "jobs.batch", "-n", TENANT], True),
+    ("create it by apply", ["create", "jobs.batch", "-n", TENANT], True),
+    ("no job created elsewhere", ["create", "jobs.batch", "-n", OTHER], False),
     ("cancel a job", ["delete", "jobs.batch", "-n", TENANT], True),
     ("a Volcano gang", ["patch", "jobs.batch.volcano.sh", "-n", TENANT], True),
     ("a gang's Service", ["patch", "services", "-n", TENANT], True),
