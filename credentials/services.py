@@ -21,7 +21,7 @@ from credentials import manifests as M
 from credentials.models import Credential, CredentialKind
 from credentials.validation import validate_kind, validate_name, validate_registry, validate_values
 from portal.kube import apply as kube
-from portal.kube.apply import KubeError, PermanentKubeError
+from portal.kube.apply import KubeError, PermanentKubeError, is_rbac_denial
 from tenants.models import Project
 from tenants.permissions import administered_project, is_project_admin
 
@@ -58,6 +58,12 @@ def _cluster_error(action: str, credential_name: str, exc: Exception) -> Cluster
     if isinstance(exc, PermanentKubeError) and status == 404:
         return ClusterUnavailable(
             "The project's namespace does not exist in the cluster yet; try again in a minute."
+        )
+    if isinstance(exc, PermanentKubeError) and is_rbac_denial(exc):
+        # The API server's refusal names the permission and quotes nothing that was sent.
+        return ClusterUnavailable(
+            f"The portal is not allowed to do this in the cluster ({exc.message}); nothing was "
+            "changed. An administrator has to grant the permission."
         )
     return ClusterUnavailable(
         f"The cluster did not accept the Secret (HTTP {status or 'no answer'}); nothing was "

@@ -21,8 +21,13 @@ def collect() -> dict:
     A failed sweep is logged and left to the next period, never retried in a tight loop; only a
     database or Redis outage retries it, with backoff."""
     from gpumetrics.services import collect as run
+    from portal.kube.apply import PermanentKubeError
 
-    report = run()
+    try:
+        report = run()
+    except PermanentKubeError as exc:  # e.g. no permission to list the exporter pods
+        log.error("GPU metrics: the cluster refused the sweep: %s", exc.message)
+        return {"error": exc.message}
     return {
         "source": report.source,
         "targets": report.targets,

@@ -1,12 +1,20 @@
-"""Liveness/readiness endpoint for load balancers and the compose healthcheck.
+"""Liveness/readiness endpoints for load balancers, the compose healthcheck and kubelet probes.
 
-`/healthz` checks the database only (cheap, for every probe). `/healthz?deep=1` also asks the
-Kubernetes API which job backends' CRDs it serves: a cluster without Volcano answers 200 with
-status "degraded" and says what is missing; an unreachable API answers 503.
+`/healthz` checks the database only (cheap, for every probe): readiness. `/healthz?deep=1` also
+asks the Kubernetes API which job backends' CRDs it serves: a cluster without Volcano answers 200
+with status "degraded" and says what is missing; an unreachable API answers 503. `/livez` checks
+nothing but that the process answers: liveness, which must not fail (and restart every web pod)
+while the database is down.
+
+Kubelet probes and Prometheus call the pod by its IP, over plain HTTP, with a Host header that
+is not in ALLOWED_HOSTS: ProbeEndpointsMiddleware answers these paths before the host check and
+the HTTPS redirect (both protect pages with links and forms; these answers have neither).
 """
 
+from collections.abc import Callable
+
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from portal.kube import discovery
 from portal.kube.apply import KubeError
@@ -37,3 +45,37 @@ def healthz(request: HttpRequest) -> JsonResponse:
     if not all(b.installed for b in backends):
         body["status"] = "degraded"
     return JsonResponse(body)
+
+
+def livez(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+def _bearer_scrape(request: HttpRequest) -> bool:
+    """A scraper's request: a metrics token is configured and the request carries a bearer."""
+    from django.conf import settings
+
+    return bool(getattr(settings, "PORTAL_METRICS_TOKEN", "")) and request.headers.get(
+        "Authorization", ""
+    ).startswith("Bearer ")
+
+
+class ProbeEndpointsMiddleware:
+    """Answers /livez, /healthz and a bearer-token /metrics scrape whatever the Host header and
+    scheme; first in MIDDLEWARE. Anything else (a staff session reading /metrics included) goes
+    through the whole stack."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method in ("GET", "HEAD"):
+            if request.path == "/livez":
+                return livez(request)
+            if request.path == "/healthz":
+                return healthz(request)
+            if request.path == "/metrics" and _bearer_scrape(request):
+                from portal.observability import metrics_view
+
+                return metrics_view(request)
+        return self.get_response(request)

@@ -70,6 +70,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Outermost: every log line of a request carries its id (X-Request-ID, echoed back).
     "portal.logs.RequestIdMiddleware",
+    # Kubelet probes and Prometheus scrapes, before the host check and the HTTPS redirect.
+    "portal.health.ProbeEndpointsMiddleware",
     # A view that meets a database or Redis outage answers 503 + Retry-After, not 500.
     "portal.outage.OutageMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -313,10 +315,25 @@ PORTAL_QUOTA_SYNC_MAX_DELETE_FRACTION = env.float(
     "PORTAL_QUOTA_SYNC_MAX_DELETE_FRACTION", default=0.25
 )
 PORTAL_QUOTA_SYNC_LOCK_WAIT = env.float("PORTAL_QUOTA_SYNC_LOCK_WAIT", default=60.0)
+# What the quota sync writes into every project namespace besides quota objects:
+# - a NetworkPolicy admitting traffic from the namespace itself, from the portal's namespace and
+#   from non-tenant namespaces, never from another tenant's (effective where the CNI enforces it);
+# - with PORTAL_TENANT_ROLE (deploy/ sets gpu-portal-tenant), a RoleBinding of that ClusterRole to
+#   the portal's service account, so its writes (jobs, Secrets, claims) reach tenant namespaces
+#   only. Empty binds nothing: the portal's identity holds those rights already (a kubeconfig).
+PORTAL_TENANT_NETWORK_POLICY = env.bool("PORTAL_TENANT_NETWORK_POLICY", default=True)
+PORTAL_NAMESPACE = env.str("PORTAL_NAMESPACE", default="gpu-portal")
+PORTAL_SERVICE_ACCOUNT = env.str("PORTAL_SERVICE_ACCOUNT", default="gpu-portal")
+PORTAL_TENANT_ROLE = env.str("PORTAL_TENANT_ROLE", default="")
 
 # Kubernetes: a kubeconfig path (kubesim writes one for the demo) or the in-cluster config.
 KUBECONFIG = env.str("KUBECONFIG", default=str(VAR_DIR / "kubesim" / "kubeconfig"))
 PORTAL_KUBE_IN_CLUSTER = env.bool("PORTAL_KUBE_IN_CLUSTER", default=False)
+# In-cluster mode reads the pod's service account token and CA from these files and reaches the
+# API server at KUBERNETES_SERVICE_HOST/PORT; set them to run the same path outside a pod.
+PORTAL_KUBE_TOKEN_FILE = env.str("PORTAL_KUBE_TOKEN_FILE", default="")
+PORTAL_KUBE_CA_FILE = env.str("PORTAL_KUBE_CA_FILE", default="")
+PORTAL_KUBE_HOST = env.str("PORTAL_KUBE_HOST", default="")
 # Client-side pacing of Kubernetes API calls, per worker process (token bucket; 0 = off).
 PORTAL_KUBE_QPS = env.float("PORTAL_KUBE_QPS", default=20.0)
 PORTAL_KUBE_BURST = env.int("PORTAL_KUBE_BURST", default=40)
@@ -333,6 +350,9 @@ PORTAL_PUBSUB_URL = env.str(
 # /metrics (Prometheus): with a token, scrapers send "Authorization: Bearer <token>"; without,
 # only loopback callers and staff sessions may read it.
 PORTAL_METRICS_TOKEN = env.str("PORTAL_METRICS_TOKEN", default="")
+# The Celery worker touches this file while its consumer runs (the Kubernetes liveness probe reads
+# it: `python -m portal.probes fresh 60 FILE`); empty = no file.
+PORTAL_WORKER_HEARTBEAT_FILE = env.str("PORTAL_WORKER_HEARTBEAT_FILE", default="")
 # The watcher's leader-election Lease (coordination.k8s.io/v1) and its timings (seconds).
 PORTAL_WATCHER_LEASE_NAMESPACE = env.str("PORTAL_WATCHER_LEASE_NAMESPACE", default="kube-system")
 PORTAL_WATCHER_LEASE_NAME = env.str("PORTAL_WATCHER_LEASE_NAME", default="gpu-portal-watcher")

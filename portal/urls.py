@@ -4,7 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from jobs.console.views import ClusterView, OverviewView
 from portal.api import load_api_modules, router
-from portal.health import healthz
+from portal.health import healthz, livez
 from portal.observability import metrics_view
 from tenants.api import MeView
 from tenants.sso import views as sso_views
@@ -32,6 +32,7 @@ urlpatterns = [
         name="api-docs",
     ),
     path("healthz", healthz, name="healthz"),
+    path("livez", livez, name="livez"),
     path("metrics", metrics_view, name="metrics"),
 ]
 

@@ -2,8 +2,9 @@
 
 Mapping (docs/admin-guide/quota-sync.md lists the names): a GPU pool is a Kueue ResourceFlavor; a
 department is a Kueue Cohort and, per pool, a Volcano parent Queue; a project is a namespace, a
-ClusterQueue, a LocalQueue, per pool a Volcano leaf Queue, and a ResourceQuota; each priority
-class is a Kueue
+ClusterQueue, a LocalQueue, per pool a Volcano leaf Queue, and a ResourceQuota, plus (TenantAccess)
+a NetworkPolicy isolating the namespace from the other tenants' and a RoleBinding granting the
+portal's own service account its tenant role there; each priority class is a Kueue
 WorkloadPriorityClass and a scheduling.k8s.io PriorityClass. Every object carries the managed-by
 label and an owner-kind label, so a sync can list exactly what the portal owns and delete what is
 no longer desired.
@@ -28,6 +29,10 @@ GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedu
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 VOLCANO_QUEUE_API = "scheduling.volcano.sh/v1beta1"
+NETWORKING_API = "networking.k8s.io/v1"
+RBAC_API = "rbac.authorization.k8s.io/v1"
+NETWORK_POLICY_NAME = "gp-tenant-isolation"
+TENANT_ROLE_BINDING_NAME = "gpu-portal"
 
 
 # --- names (deterministic, prefixed so they never collide with objects others created) ---------
@@ -116,11 +121,26 @@ class PrioritySpec:
 
 
 @dataclass(frozen=True)
+class TenantAccess:
+    """What a project namespace gets besides its quota: network isolation from the other
+    tenants, and the portal's own access to it (settings PORTAL_TENANT_NETWORK_POLICY,
+    PORTAL_NAMESPACE, PORTAL_TENANT_ROLE, PORTAL_SERVICE_ACCOUNT)."""
+
+    network_policy: bool = True
+    portal_namespace: str = "gpu-portal"
+    # The ClusterRole bound to the portal's service account in each project namespace; "" binds
+    # nothing (the portal's identity holds those permissions some other way, e.g. a kubeconfig).
+    role: str = ""
+    service_account: str = "gpu-portal"
+
+
+@dataclass(frozen=True)
 class QuotaModel:
     pools: tuple[PoolSpec, ...]
     departments: tuple[DepartmentSpec, ...]
     projects: tuple[ProjectSpec, ...]
     priorities: tuple[PrioritySpec, ...] = field(default_factory=tuple)
+    tenant: TenantAccess = field(default_factory=TenantAccess)
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -371,6 +391,77 @@ def namespace(project: ProjectSpec) -> dict[str, Any]:
     }
 
 
+def network_policy(project: ProjectSpec, portal_namespace: str) -> dict[str, Any]:
+    """Ingress to the project's pods from its own namespace (a gang's pods talk to each other),
+    from the portal's namespace, and from any namespace that is not a tenant's (ingress
+    controllers, monitoring); never from another project's namespace. Effective only where the
+    cluster's CNI enforces NetworkPolicies."""
+    return {
+        "apiVersion": NETWORKING_API,
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": NETWORK_POLICY_NAME,
+            "namespace": project.namespace,
+            "labels": _project_labels(project),
+        },
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {"podSelector": {}},
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": portal_namespace}
+                            }
+                        },
+                        {
+                            # Tenant namespaces carry the managed-by label (namespace()); every
+                            # other namespace lacks it or has another value.
+                            "namespaceSelector": {
+                                "matchExpressions": [
+                                    {
+                                        "key": L.MANAGED_BY_KEY,
+                                        "operator": "NotIn",
+                                        "values": [L.MANAGED_BY],
+                                    }
+                                ]
+                            }
+                        },
+                    ]
+                }
+            ],
+        },
+    }
+
+
+def tenant_role_binding(project: ProjectSpec, access: TenantAccess) -> dict[str, Any]:
+    """Grants the portal's service account the tenant ClusterRole in the project's namespace
+    only: what it writes there (jobs, Secrets, claims) it cannot write anywhere else."""
+    return {
+        "apiVersion": RBAC_API,
+        "kind": "RoleBinding",
+        "metadata": {
+            "name": TENANT_ROLE_BINDING_NAME,
+            "namespace": project.namespace,
+            "labels": _project_labels(project),
+        },
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": access.role,
+        },
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": access.service_account,
+                "namespace": access.portal_namespace,
+            }
+        ],
+    }
+
+
 def local_queue(project: ProjectSpec) -> dict[str, Any]:
     return {
         "apiVersion": KUEUE_API,
@@ -543,9 +634,14 @@ def desired_quota_objects(model: QuotaModel) -> list[dict[str, Any]]:
     objects += [cohort(d) for d in departments]
     for department in departments:
         objects += volcano_department_queues(department, model.projects, model.pools)
+    access = model.tenant
     for project in sorted(model.projects, key=lambda p: p.slug):
+        objects.append(namespace(project))
+        if access.role:  # before anything the portal writes into the namespace
+            objects.append(tenant_role_binding(project, access))
+        if access.network_policy:
+            objects.append(network_policy(project, access.portal_namespace))
         objects += [
-            namespace(project),
             cluster_queue(project, model.pools, model.priorities),
             local_queue(project),
             *volcano_project_queues(project, model.pools, model.projects),
@@ -561,8 +657,17 @@ QUOTA_KINDS: tuple[tuple[str, str], ...] = (
     ("scheduling.k8s.io/v1", "PriorityClass"),
     (KUEUE_API, "Cohort"),
     ("v1", "Namespace"),
+    (NETWORKING_API, "NetworkPolicy"),
     (KUEUE_API, "ClusterQueue"),
     (KUEUE_API, "LocalQueue"),
     (VOLCANO_QUEUE_API, "Queue"),
     ("v1", "ResourceQuota"),
 )
+ROLE_BINDING_KIND = (RBAC_API, "RoleBinding")
+
+
+def owned_kinds(access: TenantAccess) -> tuple[tuple[str, str], ...]:
+    """The kinds a sync lists to find what it owns. RoleBindings only while it writes them:
+    switching PORTAL_TENANT_ROLE off leaves the existing ones alone rather than deleting the
+    portal's own access to its tenants' namespaces."""
+    return (ROLE_BINDING_KIND, *QUOTA_KINDS) if access.role else QUOTA_KINDS

@@ -120,6 +120,17 @@ def quota_model() -> qm.QuotaModel:
             )
             for pc in PriorityClass.objects.all()
         ),
+        tenant=tenant_access(),
+    )
+
+
+def tenant_access() -> qm.TenantAccess:
+    """The settings that shape what every project namespace gets besides its quota."""
+    return qm.TenantAccess(
+        network_policy=settings.PORTAL_TENANT_NETWORK_POLICY,
+        portal_namespace=settings.PORTAL_NAMESPACE,
+        role=settings.PORTAL_TENANT_ROLE,
+        service_account=settings.PORTAL_SERVICE_ACCOUNT,
     )
 
 
@@ -176,9 +187,9 @@ def _owner_kind(obj: dict[str, Any]) -> str:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(L.OWNER_KIND_KEY, "")
 
 
-def _owned_objects() -> dict[tuple[str, str, str, str], dict[str, Any]]:
+def _owned_objects(access: qm.TenantAccess) -> dict[tuple[str, str, str, str], dict[str, Any]]:
     owned = {}
-    for api_version, kind in qm.QUOTA_KINDS:
+    for api_version, kind in qm.owned_kinds(access):
         for obj in kube.list_owned(api_version, kind):
             # Only quota-kind owners: job objects are never the quota sync's business.
             if _owner_kind(obj) in _DELETE_ORDER:
@@ -333,7 +344,7 @@ def _sync(
 ) -> tuple[SyncReport, RetryableKubeError | None]:
     desired = qm.desired_quota_objects(model)
     report = SyncReport()
-    owned = _owned_objects()
+    owned = _owned_objects(model.tenant)
     retry: RetryableKubeError | None = None
     for obj in desired:
         key = _key(obj)

@@ -52,6 +52,7 @@ from portal.kube.apply import (
     PermanentKubeError,
     ResourceNotServed,
     RetryableKubeError,
+    is_rbac_denial,
 )
 from portal.kube.labels import JOB_ID_KEY, is_managed
 from tenants.models import Project
@@ -127,7 +128,8 @@ def _check_backend(job: Job) -> None:
 
 def _apply(job: Job, manifests: list[dict[str, Any]]) -> str | None:
     """Apply the job's objects. Returns "rejected" when the API server refused them for good
-    (the job is Failed with its message); raises RetryableKubeError to try again later."""
+    (the job is Failed with its message); raises RetryableKubeError to try again later, also
+    when the portal lacks the permission (the job waits, saying which, until it is granted)."""
     _check_backend(job)
     try:
         _apply_all(manifests)
@@ -135,6 +137,14 @@ def _apply(job: Job, manifests: list[dict[str, Any]]) -> str | None:
         discovery.forget()  # removed since we asked: ask again next time
         raise
     except PermanentKubeError as exc:
+        if is_rbac_denial(exc):
+            message = (
+                f"the portal is not allowed to create the job in the cluster ({exc.message}); "
+                "it waits until an administrator grants the permission"
+            )
+            if job_explain_blocked(job, reason="NotPermitted", message=message, source=SOURCE):
+                log.error("job %s cannot be applied: %s", job.pk, exc.message)
+            raise RetryableKubeError(exc.message, status=403, reason="Forbidden") from exc
         _fail(job, "Rejected", f"the cluster rejected the job: {exc.message}")
         return "rejected"
     return None
@@ -192,7 +202,17 @@ def _clean_up(job: Job) -> str:
         _save_logs(job)
     except RetryableKubeError:
         log.info("job %s: could not read its logs before deleting it", job.pk)
-    delete_job_objects(job)
+    try:
+        delete_job_objects(job)
+    except PermanentKubeError as exc:
+        # Kept pending: every resync tries again, and the job says why its objects remain.
+        log.error("job %s: cannot delete its cluster objects: %s", job.pk, exc.message)
+        job_note_status(
+            job,
+            reason="CleanupRefused",
+            message=f"the cluster refused to delete the job's objects: {exc.message}",
+        )
+        return "cleanup-refused"
     job_mark_cleaned(job)
     return "deleted"
 
@@ -342,7 +362,18 @@ def _reconcile_locked(job_id: int) -> str:
             return rejected
         job_record_applied(job)
         return _after_apply(job) or "applied"
-    reading = read_status(job)
+    try:
+        reading = read_status(job)
+    except PermanentKubeError as exc:
+        # E.g. no permission to read Workloads: the job keeps its state and says why it is
+        # not followed; the watcher or a later pass moves it once the cluster can be read.
+        log.error("job %s: cannot read its status: %s", job.pk, exc.message)
+        job_note_status(
+            job,
+            reason="StatusUnreadable",
+            message=f"the portal cannot read this job's status from the cluster: {exc.message}",
+        )
+        return "unreadable"
     job_record_reconciled([job.pk])
     if reading.missing:
         if job.state in RECREATE_STATES:
@@ -453,6 +484,10 @@ def resync_jobs(*, enqueue: Callable[[int], Any]) -> dict[str, int]:
             snapshots = _namespace_snapshots(namespace, jobs)
         except RetryableKubeError as exc:
             log.warning("resync: cannot read namespace %s: %s", namespace, exc)
+            counts["skipped"] += len(jobs)
+            continue
+        except PermanentKubeError as exc:  # e.g. a permission missing: every period says so
+            log.error("resync: cannot read namespace %s: %s", namespace, exc.message)
             counts["skipped"] += len(jobs)
             continue
         moves: list[Move] = []

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from portal.kube import watch as kube
-from portal.kube.apply import KubeError
+from portal.kube.apply import KubeError, PermanentKubeError
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,7 @@ class Informer(threading.Thread):
         self.synced = threading.Event()
         self.relists = 0
         self.reconnects = 0
+        self.last_error = ""  # the last failure's message, "" once the collection is read
 
     def _emit(self, kind: str, obj: dict[str, Any], rv: str) -> None:
         self.sink(Change(self.collection.key, kind, obj, rv, time.time()))
@@ -139,13 +140,20 @@ class Informer(threading.Thread):
                     need_list = False
                 self.watch_once()
                 backoff = BACKOFF_START  # a watch that ended normally (timeout) is healthy
+                self.last_error = ""
             except kube.WatchExpired:
                 log.info("%s: history expired; relisting", self.collection.key)
                 need_list = True
             except KubeError as exc:
                 self.reconnects += 1
                 delay = random.uniform(0, backoff)  # noqa: S311 - retry jitter, not a secret
-                log.info("%s: %s; retrying in %.1fs", self.collection.key, exc, delay)
+                if isinstance(exc, PermanentKubeError) and exc.message != self.last_error:
+                    # A refusal (e.g. a missing permission) does not pass by itself: say it
+                    # loudly once, then keep retrying quietly until it is fixed.
+                    log.error("%s: %s; retrying with backoff", self.collection.key, exc.message)
+                else:
+                    log.info("%s: %s; retrying in %.1fs", self.collection.key, exc, delay)
+                self.last_error = exc.message
                 self.stop_event.wait(delay)
                 backoff = min(backoff * 2, BACKOFF_MAX)
             except Exception:  # a bug must not kill the thread silently

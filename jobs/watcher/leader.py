@@ -43,6 +43,7 @@ class LeaderElector:
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0
         self._renewed_at: float | None = None  # when we last renewed as leader
+        self.last_error = ""  # why the last round failed ("" after a good one)
 
     def _spec(self, lease: dict | None) -> dict:
         now = kube.micro_time(datetime.now(UTC))
@@ -78,6 +79,7 @@ class LeaderElector:
             if lease is None:
                 kube.create_lease(self.namespace, self.name, self._spec(None))
                 self._renewed_at = now
+                self.last_error = ""
                 return True
             spec = lease.get("spec") or {}
             holder = spec.get("holderIdentity") or ""
@@ -88,14 +90,17 @@ class LeaderElector:
             free = not holder or now - self._observed_at >= duration
             if holder != self.identity and not free:
                 self._renewed_at = None
+                self.last_error = ""
                 return False
             kube.update_lease(lease, self._spec(lease))
             self._renewed_at = now
+            self.last_error = ""
             return True
         except KubeError as exc:
             # A conflict means someone else wrote first; an outage means we cannot prove we
             # still hold it. Either way keep the last renewal time: is_leader runs out on its own.
             log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+            self.last_error = exc.message
             return self.is_leader
 
     def release(self) -> None:

@@ -3,6 +3,7 @@ processor; write a heartbeat file the container healthcheck reads."""
 
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -93,10 +94,16 @@ class Watcher:
             return
         state = {
             "time": time.time(),
+            "pid": os.getpid(),
             "identity": self.identity,
             "leader": self.leading,
             "processed": self.processor.processed if self.processor else 0,
             "write_lag": self.processor.lag_summary() if self.processor else {},
+            # What the watcher cannot read, and why (a missing permission, say), for staff.
+            "errors": {
+                **({"lease": self.elector.last_error} if self.elector.last_error else {}),
+                **{i.collection.key: i.last_error for i in self.informers if i.last_error},
+            },
         }
         tmp = self.health_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))

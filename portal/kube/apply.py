@@ -9,6 +9,7 @@ is wrong; carries the API server's message for the user).
 
 import gc
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -42,6 +43,8 @@ KINDS: dict[str, tuple[str, bool]] = {
     "Command": ("commands", True),
     "PersistentVolumeClaim": ("persistentvolumeclaims", True),
     "PersistentVolume": ("persistentvolumes", False),
+    "NetworkPolicy": ("networkpolicies", True),
+    "RoleBinding": ("rolebindings", True),
 }
 
 
@@ -92,6 +95,17 @@ def _namespace_terminating(exc: ApiException, message: str) -> bool:
     if any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes):
         return True
     return TERMINATING_NAMESPACE in message
+
+
+# kube-apiserver's RBAC refusal: `jobs.batch "x" is forbidden: User "system:serviceaccount:..."
+# cannot patch resource "jobs" in API group "batch" in the namespace "gp-a"`.
+_RBAC_DENIAL = re.compile(r'is forbidden: User ".*" cannot ')
+
+
+def is_rbac_denial(exc: KubeError) -> bool:
+    """Whether the API server refused for lack of permission (RBAC), rather than the request
+    itself: an administrator's grant fixes it, so work waits instead of failing."""
+    return exc.status == 403 and bool(_RBAC_DENIAL.search(exc.message))
 
 
 def classify(exc: BaseException) -> KubeError:

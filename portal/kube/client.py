@@ -1,5 +1,11 @@
 """The configured Kubernetes ApiClient: kubeconfig or in-cluster, paced by a token bucket.
 
+In-cluster (PORTAL_KUBE_IN_CLUSTER) the pod's service account token and the cluster's CA are read
+from files, the token again every minute (kubelet rotates projected tokens), as the official
+client's in-cluster loader does. PORTAL_KUBE_TOKEN_FILE, PORTAL_KUBE_CA_FILE and PORTAL_KUBE_HOST
+replace the pod's paths and the KUBERNETES_SERVICE_HOST/PORT variables, so the same code path runs
+outside a pod (the tests run it against kubesim with a ServiceAccount's token).
+
 The official client has no client-side rate limiter, so every request made through the client
 returned here first takes a token from a per-process bucket (default 20 requests/s, bursts of 40,
 like client-go). PORTAL_KUBE_QPS=0 switches pacing off. Each worker process paces itself; with W
@@ -9,10 +15,13 @@ worker processes the cluster sees at most W × QPS.
 import os
 import threading
 import time
+from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes.config import incluster_config
 
 DEFAULT_QPS = 20.0
 DEFAULT_BURST = 40
@@ -75,6 +84,9 @@ def settings_key() -> str:
         for name in (
             "KUBECONFIG",
             "PORTAL_KUBE_IN_CLUSTER",
+            "PORTAL_KUBE_HOST",
+            "PORTAL_KUBE_TOKEN_FILE",
+            "PORTAL_KUBE_CA_FILE",
             "PORTAL_KUBE_QPS",
             "PORTAL_KUBE_BURST",
             "PORTAL_KUBE_POOL_SIZE",
@@ -82,12 +94,40 @@ def settings_key() -> str:
     )
 
 
+def _service_environ(host: str) -> dict[str, str]:
+    """KUBERNETES_SERVICE_HOST/PORT as the in-cluster loader reads them, from PORTAL_KUBE_HOST
+    ("https://host:port", "host:port" or "[v6]:port"); the pod's own variables when empty."""
+    if not host:
+        return dict(os.environ)
+    parsed = urlsplit(host if "://" in host else f"https://{host}")
+    if parsed.scheme != "https" or not parsed.hostname:
+        raise ImproperlyConfigured(
+            f"PORTAL_KUBE_HOST must be https://HOST[:PORT] (the API server), not {host!r}"
+        )
+    return {
+        incluster_config.SERVICE_HOST_ENV_NAME: parsed.hostname,
+        incluster_config.SERVICE_PORT_ENV_NAME: str(parsed.port or 443),
+    }
+
+
+def load_in_cluster(configuration: k8s.Configuration) -> None:
+    """The service account's token and CA from their files (the pod's, or the overrides)."""
+    loader = incluster_config.InClusterConfigLoader(
+        token_filename=getattr(settings, "PORTAL_KUBE_TOKEN_FILE", "")
+        or incluster_config.SERVICE_TOKEN_FILENAME,
+        cert_filename=getattr(settings, "PORTAL_KUBE_CA_FILE", "")
+        or incluster_config.SERVICE_CERT_FILENAME,
+        environ=_service_environ(getattr(settings, "PORTAL_KUBE_HOST", "")),
+    )
+    loader.load_and_set(configuration)
+
+
 def build_api_client(*, paced: bool = True) -> PacedApiClient:
     """A new client from settings: in-cluster config or the kubeconfig file; `paced=False`
     leaves out the rate limiter."""
     configuration = k8s.Configuration()
     if getattr(settings, "PORTAL_KUBE_IN_CLUSTER", False):
-        k8s_config.load_incluster_config(client_configuration=configuration)
+        load_in_cluster(configuration)
     else:
         k8s_config.load_kube_config(
             config_file=str(settings.KUBECONFIG), client_configuration=configuration

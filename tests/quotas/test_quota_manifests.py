@@ -68,6 +68,7 @@ def test_object_counts_per_kind():
         "Cohort": 1,
         "Queue": 5,  # per pool: department parents h100 + a100, alpha h100 + a100, beta h100
         "Namespace": 2,
+        "NetworkPolicy": 2,  # on by default; no RoleBinding unless a tenant role is set
         "ClusterQueue": 2,
         "LocalQueue": 2,
         "ResourceQuota": 2,

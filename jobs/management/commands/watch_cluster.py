@@ -1,10 +1,12 @@
 """manage.py watch_cluster: the live cluster watcher (see jobs/watcher and the README).
 
 Run two replicas for high availability: one holds the Lease and writes, the other stands by.
-`--check` exits 0 when the heartbeat file is fresh (the container healthcheck).
+`--check` exits 0 when the watcher that writes the heartbeat file is alive and the file is fresh
+(the container healthcheck and the Kubernetes liveness probe), 1 otherwise with a line why.
 """
 
 import json
+import os
 import signal
 import sys
 import time
@@ -20,6 +22,33 @@ def default_health_file() -> Path:
     return Path(settings.VAR_DIR) / "watcher-health.json"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
+
+
+def heartbeat_problem(health: Path, *, now: float | None = None) -> str:
+    """Why the watcher behind `health` is not healthy; "" when it is."""
+    try:
+        state = json.loads(health.read_text())
+        beat = float(state.get("time", 0))
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        return f"no readable heartbeat in {health} ({exc})"
+    pid = state.get("pid")
+    # Heartbeats written before the pid was recorded carry none: judged on age alone.
+    if isinstance(pid, int) and not _alive(pid):
+        return f"the watcher that wrote {health} (pid {pid}) is not running"
+    age = (time.time() if now is None else now) - beat
+    if age >= HEARTBEAT_MAX_AGE:
+        return f"heartbeat {age:.0f} s old (limit {HEARTBEAT_MAX_AGE:g} s)"
+    return ""
+
+
 class Command(BaseCommand):
     help = "Watch the cluster and keep job states, timelines, pods and quota usage current."
 
@@ -33,11 +62,11 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         health = Path(options["health_file"]) if options["health_file"] else default_health_file()
         if options["check"]:
-            try:
-                state = json.loads(health.read_text())
-            except (OSError, ValueError):
+            problem = heartbeat_problem(health)
+            if problem:
+                self.stderr.write(f"watch_cluster --check: {problem}")
                 sys.exit(1)
-            sys.exit(0 if time.time() - float(state.get("time", 0)) < HEARTBEAT_MAX_AGE else 1)
+            sys.exit(0)
         # The watcher paces itself on its own budget and holds one stream per collection.
         settings.PORTAL_KUBE_QPS = settings.PORTAL_WATCHER_KUBE_QPS
         settings.PORTAL_KUBE_BURST = max(int(settings.PORTAL_WATCHER_KUBE_QPS * 2), 1)

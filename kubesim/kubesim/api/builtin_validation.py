@@ -563,12 +563,30 @@ def _selector_matches(selector: dict, labels: dict) -> bool:
     return True
 
 
+def _with_claim_volumes(obj: dict, spec: dict):
+    """A StatefulSet's containers mount its volumeClaimTemplates by name, which are not among the
+    template's volumes (the controller adds them to each pod): count them as volumes, as
+    upstream's "union of the given volumes and volumeClaims"."""
+    template = spec.get("template")
+    claims = spec.get("volumeClaimTemplates")
+    if obj.get("kind") != "StatefulSet" or not isinstance(template, dict) or not claims:
+        return template
+    pod_spec = _dict(template.get("spec"))
+    volumes = list(pod_spec.get("volumes") or [])
+    have = {v.get("name") for v in volumes if isinstance(v, dict)}
+    for claim in claims if isinstance(claims, list) else []:
+        name = _dict(_dict(claim).get("metadata")).get("name")
+        if isinstance(name, str) and name not in have:
+            volumes.append({"name": name, "persistentVolumeClaim": {"claimName": name}})
+    return {**template, "spec": {**pod_spec, "volumes": volumes}}
+
+
 def _validate_workload_controller(obj: dict) -> list[dict]:
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return [required("spec")]
     causes = _non_negative(spec, "replicas", "spec")
-    causes.extend(validate_pod_template(spec.get("template"), "spec.template"))
+    causes.extend(validate_pod_template(_with_claim_volumes(obj, spec), "spec.template"))
     selector = spec.get("selector")
     labels = _dict(_dict(_dict(spec.get("template")).get("metadata")).get("labels"))
     if not isinstance(selector, dict):

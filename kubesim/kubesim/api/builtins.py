@@ -215,6 +215,68 @@ _BUILTINS: list[tuple] = [
     ),
 ]
 
+# Kinds that installing the portal itself uses (deploy/): stored, validated against the upstream
+# schema, served to kubectl; no controller acts on them (no autoscaling, no ingress, no network
+# enforcement, no admission policies).
+_BUILTINS += [
+    (
+        "networking.k8s.io",
+        "v1",
+        "NetworkPolicy",
+        "networkpolicies",
+        "networkpolicy",
+        True,
+        ["netpol"],
+        [],
+        set(),
+    ),
+    ("networking.k8s.io", "v1", "Ingress", "ingresses", "ingress", True, ["ing"], [], {"status"}),
+    (
+        "networking.k8s.io",
+        "v1",
+        "IngressClass",
+        "ingressclasses",
+        "ingressclass",
+        False,
+        [],
+        [],
+        set(),
+    ),
+    (
+        "autoscaling",
+        "v2",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        "horizontalpodautoscaler",
+        True,
+        ["hpa"],
+        _ALL,
+        {"status"},
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicy",
+        False,
+        [],
+        ["api-extensions"],
+        {"status"},
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        "validatingadmissionpolicybinding",
+        False,
+        [],
+        ["api-extensions"],
+        set(),
+    ),
+]
+
 _OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
 
