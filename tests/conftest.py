@@ -6,6 +6,7 @@ and run without touching the database: every Django import happens inside a fixt
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 from dataclasses import dataclass
@@ -81,6 +82,75 @@ def redis_server(tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+def _template_database_name() -> str:
+    from django.conf import settings
+
+    return f"test_{settings.DATABASES['default']['NAME']}_template"
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(
+    django_db_modify_db_settings_parallel_suffix, request, tmp_path_factory, django_db_blocker
+):
+    """Under pytest-xdist, the first worker that needs the database migrates a template once
+    (under a lock shared by the run's workers); each worker's test database (test_NAME_gwN) is
+    then made as a copy of it (PostgreSQL's CREATE DATABASE ... TEMPLATE), and its migrate finds
+    nothing left to do, instead of every worker running every migration. A plain run keeps
+    pytest-django's way. The controller drops the template at the end (pytest_sessionfinish)."""
+    from django.conf import settings
+    from django.db import connections
+
+    database = settings.DATABASES["default"]
+    if not hasattr(request.config, "workerinput") or "postgresql" not in database["ENGINE"]:
+        return
+    template = _template_database_name()
+    shared = tmp_path_factory.getbasetemp().parent  # one folder per run, shared by its workers
+    with open(shared / "db-template.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared / "db-template.done"
+        if not done.exists():
+            connection = connections["default"]
+            test_settings = database["TEST"]
+            saved = database["NAME"], test_settings.get("NAME")
+            test_settings["NAME"] = template
+            try:
+                with django_db_blocker.unblock():
+                    connection.creation.create_test_db(
+                        verbosity=0, autoclobber=True, serialize=False
+                    )
+                    connection.close()  # a template must have no connection when copied
+            finally:
+                database["NAME"], test_settings["NAME"] = saved
+            done.write_text(template)
+    database["TEST"]["TEMPLATE"] = template
+
+
+def pytest_sessionfinish(session):
+    """The xdist controller drops the template database its workers copied theirs from."""
+    config = session.config
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if "postgresql" not in database["ENGINE"]:
+        return
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(
+        dbname="postgres",
+        user=database["USER"] or None,
+        password=database["PASSWORD"] or None,
+        host=database["HOST"] or None,
+        port=database["PORT"] or None,
+        autocommit=True,
+    ) as connection:
+        connection.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(_template_database_name()))
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -49,6 +49,23 @@ def fill_common(page, *, name: str, command: str) -> None:
     page.fill("#id_command", command)
 
 
+def open_preview(page) -> None:
+    """Open the manifest preview under the form. The panel is rendered again after the form's
+    last input (debounced) and when a field loses focus, which closes a preview opened just
+    before: open it until it shows."""
+    manifest = page.locator("#submit-check pre.manifest", has_text="nvidia.com/gpu")
+    summary = page.locator("#submit-check summary", has_text="Preview")
+
+    def shown() -> bool:
+        if manifest.is_visible():
+            return True
+        if summary.is_visible() and page.locator("#submit-check details[open]").count() == 0:
+            summary.click()
+        return False
+
+    wait_for(shown, timeout=60, interval=0.5, what="the manifest preview to show")
+
+
 def submit_form(page) -> int:
     page.click("#submit-form button.primary")
     page.wait_for_url(re.compile(r"/jobs/\d+/$"), timeout=60_000)
@@ -65,8 +82,7 @@ def test_submit_single_mig_and_gang_jobs_through_the_form(console, portal_server
     assert not page.is_visible("#id_replicas")
     fill_common(page, name="form-single", command='sh -c "echo step one; sleep 20"')
     page.locator("#submit-check .feasibility", has_text="Fits now in pool h100").wait_for()
-    page.locator("#submit-check summary", has_text="Preview").click()
-    page.locator("#submit-check pre.manifest", has_text="nvidia.com/gpu").wait_for()
+    open_preview(page)
     screenshot(page, "submit-form")
     single = submit_form(page)
     page.evaluate("window.__notReloaded = true")
