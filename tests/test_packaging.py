@@ -187,7 +187,7 @@ def test_kubesim_installs_alone_in_a_fresh_venv_and_runs(tmp_path):
         REPO / "kubesim", source, ignore=shutil.ignore_patterns("*.egg-info", "__pycache__")
     )
     install = subprocess.run(
-        [bin_dir / "python", "-m", "pip", "install", "--quiet", str(source)],
+        [bin_dir / "python", "-m", "pip", "install", "--quiet", "--no-compile", str(source)],
         env=env,
         capture_output=True,
         text=True,
