@@ -1,4 +1,6 @@
-# One image for the web process, the Celery worker and Celery beat (see docker-compose.yml).
+# One image for every process of the portal: web (ASGI), Celery worker, Celery beat, the cluster
+# watcher and the migrate Job (see deploy/ and docker-compose.yml). tests/test_image.py replays it
+# without Docker: the copy (by .dockerignore), the install and every process's start.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -8,18 +10,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 RUN useradd --create-home --uid 10001 portal
 
-COPY pyproject.toml README.md ./
-COPY portal ./portal
-COPY tenants ./tenants
-COPY quotas ./quotas
-COPY jobs ./jobs
-# The portal alone: no kubesim (the simulated cluster of tests and the demo) and no extra, so
-# none of kubesim's dependencies (the `sim` extra) is installed.
+# The whole source tree minus what .dockerignore leaves out (kubesim, the CLI, tests, docs):
+# every app of the portal, its templates and static files, manage.py.
+COPY . .
+# The portal alone: not editable, no extra, so neither kubesim nor its dependencies are installed.
 RUN pip install .
 
-COPY manage.py ./
-COPY templates ./templates
-COPY static ./static
 # collectstatic needs settings that import cleanly; the real key comes from the environment.
 RUN DEBUG=false SECRET_KEY=collectstatic-only STATIC_ROOT=/app/staticfiles \
     python manage.py collectstatic --noinput
@@ -27,6 +23,6 @@ RUN DEBUG=false SECRET_KEY=collectstatic-only STATIC_ROOT=/app/staticfiles \
 # A production image: settings refuse to start with DEBUG on (see portal/settings.py).
 ENV STATIC_ROOT=/app/staticfiles \
     PORTAL_ENV=production
-USER portal
+USER 10001
 EXPOSE 8000
 CMD ["gunicorn", "portal.asgi:application", "--worker-class", "uvicorn_worker.UvicornWorker", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]

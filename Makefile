@@ -7,9 +7,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-# Test settings: PostgreSQL and Redis on this machine unless told otherwise.
+# Test settings: PostgreSQL on this machine unless told otherwise. Each pytest worker creates
+# its own test database from this one's name and starts its own redis-server (tests/conftest.py);
+# PORTAL_TEST_REDIS_URL=redis://HOST:PORT/DB in the environment points them at a given Redis.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpuportal
-TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+# Parallel pytest workers (pytest-xdist). More workers than the 2 cores pays: many tests wait on
+# subprocesses (kubesim, celery, chromium) rather than compute. TEST_WORKERS=0 runs in-process.
+TEST_WORKERS ?= 4
 
 .PHONY: demo test lint venv docs
 
@@ -30,15 +34,25 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) manage.py demo
 
+# PYTHONDONTWRITEBYTECODE is cleared for pytest: its workers then share the rewritten test
+# modules, and the ~200 processes the tests start (kubesim, celery, uvicorn) the compiled portal.
+# The Python-versions check (pip resolving for 3.12/3.13: network and pip, not our code) runs
+# beside pytest; its output follows pytest's, and either failing fails the target. pytest ends
+# with the 20 slowest tests (--durations=20).
 test: $(STAMP)
 	bash scripts/check-standalone.sh
-	bash scripts/check-python-versions.sh $(PY)
 	bash scripts/ensure-services.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	DATABASE_URL=$(TEST_DATABASE_URL) $(PY) manage.py makemigrations --check --dry-run
-	DATABASE_URL=$(TEST_DATABASE_URL) PORTAL_TEST_REDIS_URL=$(TEST_REDIS_URL) \
-		PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
+	@versions_log=$$(mktemp); \
+	bash scripts/check-python-versions.sh $(PY) >"$$versions_log" 2>&1 & versions=$$!; \
+	DATABASE_URL=$(TEST_DATABASE_URL) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" PYTHONDONTWRITEBYTECODE= \
+		$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=20 $(PYTEST_ARGS); \
+	status=$$?; \
+	if wait $$versions; then cat "$$versions_log"; \
+	else cat "$$versions_log" >&2; echo "check-python-versions failed" >&2; status=1; fi; \
+	rm -f "$$versions_log"; exit $$status
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --fix .

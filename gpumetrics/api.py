@@ -90,8 +90,17 @@ class SummarySerializer(serializers.Serializer):
     fb_total_mib = serializers.FloatField(allow_null=True)
     energy_kwh = serializers.FloatField()
     gpu_hours = serializers.FloatField(help_text="GPU-hours held (a MIG slice counts its share).")
-    idle = serializers.BooleanField(help_text="Below the idle threshold for most of the run.")
-    idle_fraction = serializers.FloatField(allow_null=True)
+    idle = serializers.BooleanField(
+        help_text="Below the idle threshold for most of the run (false when too short to judge)."
+    )
+    idle_verdict = serializers.ChoiceField(
+        choices=["idle", "busy", "too_short"],
+        help_text='"too_short" when the samples span under 5 minutes '
+        "(PORTAL_METRICS_IDLE_MIN_MINUTES) or fewer than 5 sweeps: no idle judgement.",
+    )
+    idle_fraction = serializers.FloatField(
+        allow_null=True, help_text="Share of the utilisation readings below the threshold."
+    )
     idle_threshold = serializers.FloatField()
     idle_warning = serializers.BooleanField(help_text="An idle-for-30-minutes warning was raised.")
     samples = serializers.IntegerField()

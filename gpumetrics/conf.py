@@ -25,6 +25,8 @@ class MetricsConfig:
     retention_raw_days: float
     retention_minute_days: float
     retention_hour_days: float  # 0 = forever
+    # Samples must span this long before a job is judged idle or busy (gpumetrics.idle).
+    idle_min_minutes: float = 5.0
 
 
 def config() -> MetricsConfig:
@@ -43,6 +45,7 @@ def config() -> MetricsConfig:
         timeout=float(get("PORTAL_METRICS_TIMEOUT_SECONDS", 5.0)),
         idle_threshold=float(get("PORTAL_METRICS_IDLE_THRESHOLD", 10.0)),
         idle_warn_minutes=float(get("PORTAL_METRICS_IDLE_WARN_MINUTES", 30.0)),
+        idle_min_minutes=float(get("PORTAL_METRICS_IDLE_MIN_MINUTES", 5.0)),
         retention_raw_days=float(get("PORTAL_METRICS_RETENTION_RAW_DAYS", 7)),
         retention_minute_days=float(get("PORTAL_METRICS_RETENTION_MINUTE_DAYS", 90)),
         retention_hour_days=float(get("PORTAL_METRICS_RETENTION_HOUR_DAYS", 0)),

@@ -7,7 +7,14 @@ row. Rollups (1-minute and hourly mean/max) are blocks of their own, written whe
 
 from django.db import models
 
+from gpumetrics import idle as idle_rule
 from jobs.models import Job
+
+IDLE_VERDICT_CHOICES = [
+    (idle_rule.IDLE, "Idle"),
+    (idle_rule.BUSY, "Busy"),
+    (idle_rule.TOO_SHORT, "Too short to judge"),
+]
 
 
 class JobGpu(models.Model):
@@ -80,7 +87,10 @@ class JobGpuSummary(models.Model):
     energy_kwh = models.FloatField(default=0.0)
     gpu_hours = models.FloatField(default=0.0)
     idle_fraction = models.FloatField(null=True)
-    idle = models.BooleanField(default=False)
+    idle = models.BooleanField(default=False)  # only on enough evidence (gpumetrics.idle)
+    idle_verdict = models.CharField(
+        max_length=16, choices=IDLE_VERDICT_CHOICES, default=idle_rule.TOO_SHORT
+    )
     idle_threshold = models.FloatField(default=10.0)
     samples = models.PositiveIntegerField(default=0)
     final = models.BooleanField(default=False)

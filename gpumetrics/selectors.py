@@ -204,6 +204,7 @@ def summary_dict(job: Job) -> dict[str, Any] | None:
         "energy_kwh": summary.energy_kwh,
         "gpu_hours": summary.gpu_hours,
         "idle": summary.idle,
+        "idle_verdict": summary.idle_verdict,
         "idle_fraction": summary.idle_fraction,
         "idle_threshold": summary.idle_threshold,
         "idle_warning": summary.idle_warned_at is not None,

@@ -20,6 +20,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from gpumetrics import codec
+from gpumetrics import idle as idle_rule
 from gpumetrics.attribution import JobFacts, attribute, job_id_from_pod
 from gpumetrics.conf import MetricsConfig, config
 from gpumetrics.models import (
@@ -231,6 +232,14 @@ def _node_totals(at: int, attribution) -> None:
             )
 
 
+def _wait_for_ingest() -> None:
+    """Inside a transaction: take the sweep lock (held until commit) so no sweep is stored
+    meanwhile."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext('gpumetrics.ingest'))")
+
+
 def ingest(readings: dict | list[DeviceReading], *, at: int) -> IngestReport:
     """Store one sweep's readings taken at epoch second `at`."""
     devices = list(readings.values()) if isinstance(readings, dict) else list(readings)
@@ -238,10 +247,8 @@ def ingest(readings: dict | list[DeviceReading], *, at: int) -> IngestReport:
     jobs = _job_facts(devices)
     attribution = attribute(devices, jobs)
     with transaction.atomic():
-        if connection.vendor == "postgresql":
-            # Sweeps store one at a time (a slow one and the next beat's may overlap).
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(hashtext('gpumetrics.ingest'))")
+        # Sweeps store one at a time (a slow one and the next beat's may overlap).
+        _wait_for_ingest()
         ids = _upsert_devices(at, attribution.by_job)
         rows = []
         appended: set[int] = set()
@@ -360,6 +367,7 @@ def summary_from_rows(
     period: float,
     threshold: float,
     held_seconds: float,
+    idle_min_span: float = idle_rule.DEFAULT_MIN_SPAN_SECONDS,
 ) -> dict:
     """Figures of a job from its raw rows: [(device share, [(t, row), ...]), ...]. Pure."""
     util_i, fb_i, total_i, power_i = (
@@ -369,6 +377,7 @@ def summary_from_rows(
         SERIES_INDEX["power"],
     )
     utils: list[float] = []
+    timed_utils: list[tuple[float, float]] = []
     fb_peak = fb_total = None
     energy_j = 0.0
     for share, rows in devices:
@@ -376,6 +385,7 @@ def summary_from_rows(
             util = row[util_i]
             if not math.isnan(util):
                 utils.append(util)
+                timed_utils.append((t, util))
             if not math.isnan(row[fb_i]):
                 fb_peak = row[fb_i] if fb_peak is None else max(fb_peak, row[fb_i])
             if not math.isnan(row[total_i]):
@@ -385,7 +395,9 @@ def summary_from_rows(
             if not math.isnan(row[power_i]):
                 energy_j += row[power_i] * share * dt
     utils.sort()
-    idle_fraction = sum(u < threshold for u in utils) / len(utils) if utils else None
+    judged = idle_rule.idle_verdict(
+        timed_utils, threshold=threshold, min_span_seconds=idle_min_span
+    )
     return {
         "util_mean": sum(utils) / len(utils) if utils else None,
         "util_p95": utils[min(len(utils) - 1, math.ceil(0.95 * len(utils)) - 1)] if utils else None,
@@ -393,8 +405,9 @@ def summary_from_rows(
         "fb_total_mib": fb_total,
         "energy_kwh": energy_j / 3.6e6,
         "gpu_hours": held_seconds / 3600.0,
-        "idle_fraction": idle_fraction,
-        "idle": idle_fraction is not None and idle_fraction > 0.5,
+        "idle_fraction": judged.idle_fraction,
+        "idle": judged.idle,  # False when too short to judge
+        "idle_verdict": judged.verdict,
         "idle_threshold": threshold,
         "samples": len(utils),
     }
@@ -418,7 +431,11 @@ def compute_summary(
         data.append((share, _raw_rows(device)))
         held += share * ((device.last_seen - device.first_seen).total_seconds() + cfg.period)
     figures = summary_from_rows(
-        data, period=cfg.period, threshold=cfg.idle_threshold, held_seconds=held
+        data,
+        period=cfg.period,
+        threshold=cfg.idle_threshold,
+        held_seconds=held,
+        idle_min_span=cfg.idle_min_minutes * 60,
     )
     summary, _ = JobGpuSummary.objects.update_or_create(
         job=job, defaults={**figures, "final": final, "computed_at": timezone.now()}
@@ -451,6 +468,8 @@ def rollup_job(job: Job, *, cfg: MetricsConfig | None = None) -> JobGpuSummary |
     raw samples. Idempotent: rollups are rewritten whole; runs once (row lock + flag)."""
     cfg = cfg or config()
     with transaction.atomic():
+        # A sweep being stored (it may hold the job's last samples) is finished first.
+        _wait_for_ingest()
         summary, _ = JobGpuSummary.objects.select_for_update().get_or_create(job=job)
         if summary.rolled_up_at is not None:
             return summary
@@ -479,6 +498,16 @@ def rollup_job(job: Job, *, cfg: MetricsConfig | None = None) -> JobGpuSummary |
         JobGpuSummary.objects.filter(pk=job.pk).update(rolled_up_at=timezone.now())
         summary.rolled_up_at = timezone.now()
     return summary
+
+
+def summarise_ended_job(job_id: int) -> bool:
+    """The final summary and rollups of a job that has just ended; False when there is nothing
+    to summarise (no such job, not ended, or no GPU records)."""
+    job = Job.objects.filter(pk=job_id, state__in=TERMINAL).first()
+    if job is None or not JobGpu.objects.filter(job=job).exists():
+        return False
+    rollup_job(job)
+    return True
 
 
 def rollup_finished(*, limit: int = 200) -> int:

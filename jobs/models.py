@@ -9,7 +9,7 @@ from tenants.models import GangBackend, Project
 
 
 class JobKind(models.TextChoices):
-    SINGLE = "single", "Single GPU"
+    SINGLE = "single", "Single pod"  # 1 to 8 whole GPUs, one pod
     MIG = "mig", "MIG slice"
     GANG = "gang", "Gang (multi-pod)"
 
@@ -313,3 +313,36 @@ class JobTemplate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project.slug}/{self.name}"
+
+
+class SubmissionKey(models.Model):
+    """An `Idempotency-Key` a user sent with a submission, stored in the transaction that
+    stored the job (or array): a repeat of the request finds the first one's job instead of
+    creating a second (jobs/idempotency.py). Forgotten after PORTAL_IDEMPOTENCY_KEY_HOURS."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="submission_keys"
+    )
+    key = models.CharField(max_length=255)
+    # SHA-256 of the request body (canonical JSON): the same key with another body is refused.
+    request_hash = models.CharField(max_length=64)
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, null=True, blank=True, related_name="submission_keys"
+    )
+    array = models.ForeignKey(
+        JobArray, on_delete=models.CASCADE, null=True, blank=True, related_name="submission_keys"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "key"], name="unique_submission_key_per_user"),
+            models.CheckConstraint(
+                condition=models.Q(job__isnull=False, array__isnull=True)
+                | models.Q(job__isnull=True, array__isnull=False),
+                name="submission_key_names_job_or_array",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}:{self.key}"

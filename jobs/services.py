@@ -16,11 +16,13 @@ from psycopg.errors import DeadlockDetected
 
 from jobs import mounts as job_mounts
 from jobs import secret_refs
+from jobs.idempotency import IdempotencyKey, raise_if_already_submitted, record_submission
 from jobs.models import Job, JobEvent, JobKind, JobPod
 from jobs.selectors import credential_facts_for_project, job_manifests, pool_facts_for_project
 from jobs.states import TERMINAL, JobState, can_transition
 from jobs.validation import JobRequest, ValidationResult, validate_job_request
 from portal.celery import app as celery_app
+from portal.outage import unavailable_service
 from quotas.models import GpuPool
 from tenants.models import Membership, Project
 from tenants.permissions import WRITER_ROLES, can_write, is_staff
@@ -90,9 +92,11 @@ def job_transition(
             source=source,
         )
         publish_job_change(job.pk, to)
-        if to in TERMINAL and getattr(job, "array_id", None):
-            # A finished element frees a slot of its array's parallelism.
-            enqueue_array_reconcile(job.array_id)
+        if to in TERMINAL:
+            enqueue_gpu_summary(job.pk)
+            if getattr(job, "array_id", None):
+                # A finished element frees a slot of its array's parallelism.
+                enqueue_array_reconcile(job.array_id)
     job.state, job.state_reason, job.state_message, job.state_changed_at = (
         to,
         reason[:64],
@@ -212,6 +216,9 @@ def _transition_chunk(moves: list[Move], *, source: str, reconciled: bool) -> li
         }
         for array_id in sorted(arrays):
             enqueue_array_reconcile(array_id)  # finished elements free slots of their array
+        for m in moved:
+            if str(m.to) in TERMINAL:
+                enqueue_gpu_summary(m.job.pk)
     for m in moved:
         job = m.job
         job.state, job.state_reason, job.state_message = str(m.to), m.reason[:64], m.message
@@ -361,13 +368,26 @@ def enqueue_array_reconcile(array_id: int) -> None:
     transaction.on_commit(lambda: _send(array_id, task=ARRAY_RECONCILE_TASK))
 
 
+GPU_SUMMARY_TASK = "gpumetrics.tasks.summarise_ended_job"
+
+
+def enqueue_gpu_summary(job_id: int) -> None:
+    """After commit, have the ended job's GPU efficiency summary computed now (the periodic
+    maintenance task is the backstop if this message is lost)."""
+    transaction.on_commit(lambda: _send(job_id, task=GPU_SUMMARY_TASK))
+
+
 def _send(job_id: int, task: str = RECONCILE_TASK) -> None:
     # A broker outage must not fail the request that stored the job: the periodic resync
     # picks the job up within one period.
     try:
         celery_app.send_task(task, args=(job_id,))
-    except Exception:  # the broker client raises many types; the resync is the safety net
-        log.warning("could not enqueue %s(%s); the resync will", task, job_id, exc_info=True)
+    except Exception as exc:  # the broker client raises many types; the resync is the safety net
+        # A known outage is one line; anything else keeps its traceback.
+        known = unavailable_service(exc) is not None
+        log.warning(
+            "could not enqueue %s(%s): %s; the resync will", task, job_id, exc, exc_info=not known
+        )
 
 
 @dataclass
@@ -505,11 +525,14 @@ def job_submit(
     data: dict[str, Any],
     dry_run: bool = False,
     source: str = "api",
+    idempotency: IdempotencyKey | None = None,
 ) -> SubmitOutcome:
     """Validate a request and store the job (Submitted), or only render it when dry_run.
 
     Raises ValidationError ({field: [messages]}) for bad input (unless dry_run, which returns
-    the errors), PermissionDenied for a viewer.
+    the errors), PermissionDenied for a viewer. With `idempotency` the key is stored with the
+    job; AlreadySubmitted when a concurrent request with the same key stored its job first
+    (callers look for an earlier submission of the key before calling: jobs.idempotency).
     """
     project = _writable_project(actor, project)
     kind = data.get("kind") or ""
@@ -591,9 +614,13 @@ def job_submit(
                 message=f"submitted by {getattr(actor, 'username', actor)}",
                 source=source,
             )
+            if idempotency is not None:
+                record_submission(user=actor, key=idempotency, job=job)
             enqueue_reconcile(job.pk)
     except IntegrityError as exc:
-        # Lost a race with an identical name submitted at the same moment.
+        # Lost a race: with the same Idempotency-Key (answer with the winner's job), or with an
+        # identical name submitted at the same moment.
+        raise_if_already_submitted(user=actor, key=idempotency)
         raise ValidationError(
             {"name": [f"A job named {name!r} is already active in project {project.slug}."]}
         ) from exc

@@ -25,6 +25,8 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from portal import outage
+
 logger = logging.getLogger(__name__)
 
 NON_FIELD = "non_field_errors"
@@ -86,6 +88,14 @@ def _translate(exc: Exception) -> Exception:
 
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:
+    service = outage.unavailable_service(exc)
+    if service is not None:
+        # The database or Redis is unreachable: 503 + Retry-After, one warning line.
+        request = context["request"]
+        outage.log_outage(request, service, exc)
+        return outage.mark_answered(
+            Response({"detail": outage.sentence(service), "errors": {}}, status=503)
+        )
     translated = _translate(exc)
     response = drf_exception_handler(translated, context)
     if response is None:
@@ -178,6 +188,10 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
 
 
 def handler500(request: HttpRequest) -> HttpResponse:
+    # An outage met outside a view (e.g. saving the session): 503, not a logged 500.
+    unavailable = outage.response_for_current_exception(request)
+    if unavailable is not None:
+        return unavailable
     if is_api_request(request):
         return api_error_response(500, "Server error; it has been logged.")
     return django_defaults.server_error(request)

@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 from celery import Celery, bootsteps
-from celery.signals import worker_process_init
+from celery.signals import setup_logging, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -62,3 +62,17 @@ class HeartbeatFile(bootsteps.StartStopStep):
 
 
 app.steps["consumer"].add(HeartbeatFile)
+
+
+def _portal_logging(**_kwargs) -> None:
+    # With PORTAL_LOG_FORMAT=json the workers log as the web processes do (portal/logs.py),
+    # instead of Celery's own text format on the root logger.
+    import logging.config
+
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+
+
+if os.environ.get("PORTAL_LOG_FORMAT") == "json":
+    setup_logging.connect(_portal_logging)

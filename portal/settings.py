@@ -68,6 +68,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: every log line of a request carries its id (X-Request-ID, echoed back).
+    "portal.logs.RequestIdMiddleware",
+    # A view that meets a database or Redis outage answers 503 + Retry-After, not 500.
+    "portal.outage.OutageMiddleware",
     # Kubelet probes and Prometheus scrapes, before the host check and the HTTPS redirect.
     "portal.health.ProbeEndpointsMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -109,6 +113,14 @@ DATABASES = {
 # transaction mode, see docs/operations/scaling.md).
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
 DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", env.bool("CONN_HEALTH_CHECKS", default=True))
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # The demo's web, worker and watcher write one SQLite file at once: WAL lets readers run
+    # beside a writer, IMMEDIATE takes the write lock at BEGIN (a deferred transaction that
+    # upgrades fails at once with "database is locked"), and a writer waits up to 30 s for it.
+    _sqlite = DATABASES["default"].setdefault("OPTIONS", {})
+    _sqlite.setdefault("transaction_mode", "IMMEDIATE")
+    _sqlite.setdefault("timeout", 30)
+    _sqlite.setdefault("init_command", "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
 # PostgreSQL connection pool per process (psycopg_pool), e.g. 20 for an ASGI web process: each
 # request then borrows a connection instead of opening one, so a burst of page loads or live
 # streams reconnecting cannot exceed the server's max_connections. 0 = no pool.
@@ -148,6 +160,25 @@ STORAGES = {
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+
+# Single sign-on with OpenID Connect (tenants/sso/): on when an issuer and a client are set. The
+# local login form stays beside it (break-glass staff accounts, the demo).
+PORTAL_OIDC_ISSUER = env.str("PORTAL_OIDC_ISSUER", default="").rstrip("/")
+# Where the provider's metadata is; <issuer>/.well-known/openid-configuration unless set.
+PORTAL_OIDC_DISCOVERY_URL = env.str("PORTAL_OIDC_DISCOVERY_URL", default="")
+PORTAL_OIDC_CLIENT_ID = env.str("PORTAL_OIDC_CLIENT_ID", default="")
+PORTAL_OIDC_CLIENT_SECRET = env.str("PORTAL_OIDC_CLIENT_SECRET", default="")
+PORTAL_OIDC_SCOPES = env.list(
+    "PORTAL_OIDC_SCOPES", default=["openid", "email", "profile", "groups"]
+)
+# The ID token claim that lists the user's groups (Keycloak and most IdPs: "groups").
+PORTAL_OIDC_GROUPS_CLAIM = env.str("PORTAL_OIDC_GROUPS_CLAIM", default="groups")
+# Clock skew tolerated on the ID token's exp, iat and nbf.
+PORTAL_OIDC_LEEWAY_SECONDS = env.int("PORTAL_OIDC_LEEWAY_SECONDS", default=60)
+PORTAL_OIDC_TIMEOUT_SECONDS = env.float("PORTAL_OIDC_TIMEOUT_SECONDS", default=10.0)
+PORTAL_OIDC_BUTTON_LABEL = env.str("PORTAL_OIDC_BUTTON_LABEL", default="Log in with single sign-on")
+if bool(PORTAL_OIDC_ISSUER) != bool(PORTAL_OIDC_CLIENT_ID):
+    sys.exit("PORTAL_OIDC_ISSUER and PORTAL_OIDC_CLIENT_ID are set together (single sign-on).")
 
 # Security: strict when DEBUG is off (manage.py check --deploy is clean then).
 SESSION_COOKIE_SECURE = not DEBUG
@@ -229,7 +260,8 @@ if PORTAL_DEFAULT_POD_SECURITY not in ("restricted", "baseline"):
 
 # Celery. The embedded default is a filesystem broker so the demo needs no broker server;
 # production sets CELERY_BROKER_URL=redis://...
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+# (localhost named: kombu warns on every connection of a URL without a host)
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://localhost/")
 _broker_dir = VAR_DIR / "broker"
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {
@@ -353,6 +385,8 @@ PORTAL_METRICS_CONCURRENCY = env.int("PORTAL_METRICS_CONCURRENCY", default=16)
 PORTAL_METRICS_TIMEOUT_SECONDS = env.float("PORTAL_METRICS_TIMEOUT_SECONDS", default=5.0)
 PORTAL_METRICS_IDLE_THRESHOLD = env.float("PORTAL_METRICS_IDLE_THRESHOLD", default=10.0)
 PORTAL_METRICS_IDLE_WARN_MINUTES = env.float("PORTAL_METRICS_IDLE_WARN_MINUTES", default=30.0)
+# A job is judged idle or busy only on samples spanning this long (5 sweeps at least).
+PORTAL_METRICS_IDLE_MIN_MINUTES = env.float("PORTAL_METRICS_IDLE_MIN_MINUTES", default=5.0)
 PORTAL_METRICS_RETENTION_RAW_DAYS = env.float("PORTAL_METRICS_RETENTION_RAW_DAYS", default=7)
 PORTAL_METRICS_RETENTION_MINUTE_DAYS = env.float("PORTAL_METRICS_RETENTION_MINUTE_DAYS", default=90)
 PORTAL_METRICS_RETENTION_HOUR_DAYS = env.float("PORTAL_METRICS_RETENTION_HOUR_DAYS", default=0)
@@ -370,10 +404,35 @@ if env.bool("PORTAL_METRICS_ENABLED", default=True):
     }
 # --- end GPU metrics ----------------------------------------------------------------------------
 
+# Outages (portal/outage.py): while PostgreSQL or Redis cannot be reached, requests answer 503
+# with this Retry-After (seconds).
+PORTAL_OUTAGE_RETRY_AFTER_SECONDS = env.int("PORTAL_OUTAGE_RETRY_AFTER_SECONDS", default=5)
+# Idempotency-Key of job submissions (jobs/idempotency.py): a repeat within this many hours
+# returns the first submission's job instead of a second one; older keys are forgotten.
+PORTAL_IDEMPOTENCY_KEY_HOURS = env.float("PORTAL_IDEMPOTENCY_KEY_HOURS", default=24.0)
+if PORTAL_IDEMPOTENCY_KEY_HOURS <= 0:
+    sys.exit("PORTAL_IDEMPOTENCY_KEY_HOURS must be a positive number of hours.")
+
+# Logs: "text" (the message only) or "json" (one object per line: time, level, logger, message,
+# request_id, job_id; portal/logs.py). Celery workers use the same configuration with json.
+PORTAL_LOG_FORMAT = env.str("PORTAL_LOG_FORMAT", default="text")
+if PORTAL_LOG_FORMAT not in ("text", "json"):
+    sys.exit(f"PORTAL_LOG_FORMAT must be 'text' or 'json', not {PORTAL_LOG_FORMAT!r}.")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"context": {"()": "portal.logs.ContextFilter"}},
+    "formatters": {
+        "text": {"format": "%(message)s"},
+        "json": {"()": "portal.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["context"],
+            "formatter": PORTAL_LOG_FORMAT,
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

@@ -1,5 +1,4 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
@@ -8,6 +7,7 @@ from portal.api import load_api_modules, router
 from portal.health import healthz, livez
 from portal.observability import metrics_view
 from tenants.api import MeView
+from tenants.sso import views as sso_views
 
 # Each app's api.py registers its viewsets into the shared router; import them before routing.
 load_api_modules()
@@ -17,8 +17,10 @@ urlpatterns = [
     path("jobs/", include("jobs.urls")),
     path("cluster/", ClusterView.as_view(), name="cluster"),
     path("overview/", OverviewView.as_view(), name="overview"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/login/", sso_views.LoginView.as_view(), name="login"),
+    # Ends the IdP's session too when the user came through single sign-on.
+    path("accounts/logout/", sso_views.logout, name="logout"),
+    path("accounts/sso/", include("tenants.sso.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/me/", MeView.as_view(), name="api-me"),
     path("api/v1/", include(router.urls)),

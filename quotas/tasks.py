@@ -6,17 +6,16 @@ from celery import shared_task
 from django.db import transaction
 
 from portal.kube.apply import RetryableKubeError
+from portal.outage import RETRY_ON_OUTAGE, ServiceUnavailable, retry_when_unavailable
 from quotas.sync import QuotaSyncBusy, sync_quota_objects
 
 
 @shared_task(
-    autoretry_for=(RetryableKubeError, QuotaSyncBusy),
-    retry_backoff=2,
-    retry_backoff_max=30,
-    retry_jitter=True,
-    max_retries=8,
+    autoretry_for=(RetryableKubeError, QuotaSyncBusy, ServiceUnavailable),
+    **RETRY_ON_OUTAGE,
     acks_late=True,
 )
+@retry_when_unavailable
 def sync_quotas(confirmed_deletions: Sequence[str] = ()) -> dict:
     """One quota sync (they never overlap: see quotas.sync). ``confirmed_deletions`` are objects
     staff confirmed after the mass-deletion guard refused them."""

@@ -27,7 +27,7 @@ from quotas.admin import (
 from quotas.admin_base import QuotaSyncOnChangeAdminMixin, ServiceModelAdmin, add_service_errors
 from quotas.models import DepartmentQuota, GpuPool, ProjectQuota
 from tenants import services
-from tenants.models import Department, Membership, Project
+from tenants.models import Department, ExternalIdentity, GroupMapping, Membership, Project
 
 
 def _write_inline_rows(formset, *, save_row, delete_row) -> None:
@@ -119,7 +119,8 @@ class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
     autocomplete_fields = ("user",)  # choose people by name (the User admin's search)
-    fields = ("user", "role")
+    fields = ("user", "role", "source")
+    readonly_fields = ("source",)
 
 
 class ProjectQuotaInline(admin.TabularInline):
@@ -298,8 +299,9 @@ def _save_membership(actor, project: Project, membership: Membership) -> Members
 
 @admin.register(Membership)
 class MembershipAdmin(ServiceModelAdmin):
-    list_display = ("project", "user", "role", "created_at")
-    list_filter = ("role", "project__department", "project")
+    list_display = ("project", "user", "role", "source", "created_at")
+    list_filter = ("role", "source", "project__department", "project")
+    readonly_fields = ("source",)
     search_fields = ("user__username", "project__slug")
     list_select_related = ("project", "user")
     autocomplete_fields = ("user",)
@@ -309,3 +311,26 @@ class MembershipAdmin(ServiceModelAdmin):
 
     def service_delete(self, request, obj: Membership) -> None:
         services.membership_remove(actor=request.user, membership=obj)
+
+
+@admin.register(GroupMapping)
+class GroupMappingAdmin(admin.ModelAdmin):
+    """Single sign-on rules: an IdP group gives a role in a project, applied at each login."""
+
+    list_display = ("group", "project", "role", "created_at")
+    list_filter = ("role", "project")
+    search_fields = ("group", "project__slug")
+    autocomplete_fields = ("project",)
+
+
+@admin.register(ExternalIdentity)
+class ExternalIdentityAdmin(admin.ModelAdmin):
+    """Which IdP account logs in as which portal user; created by the first login."""
+
+    list_display = ("user", "issuer", "subject", "created_at", "last_login_at")
+    search_fields = ("user__username", "subject")
+    list_filter = ("issuer",)
+    readonly_fields = ("user", "issuer", "subject", "created_at", "last_login_at")
+
+    def has_add_permission(self, request) -> bool:
+        return False

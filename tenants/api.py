@@ -144,7 +144,7 @@ class MembershipSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Membership
-        fields = ["id", "project", "user", "email", "role", "created_at"]
+        fields = ["id", "project", "user", "email", "role", "source", "created_at"]
         read_only_fields = fields
 
 

@@ -143,12 +143,26 @@ class Role(models.TextChoices):
     VIEWER = "viewer", "Viewer"
 
 
+class MembershipSource(models.TextChoices):
+    """Who granted a membership: an admin in the portal, or a single sign-on group mapping."""
+
+    LOCAL = "local", "Granted in the portal"
+    SSO = "sso", "From an identity provider group"
+
+
 class Membership(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
     )
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    source = models.CharField(
+        max_length=8,
+        choices=MembershipSource.choices,
+        default=MembershipSource.LOCAL,
+        help_text="Memberships from single sign-on follow the user's IdP groups at every login; "
+        "memberships granted in the portal are never removed by a login.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -163,3 +177,48 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.project} ({self.role})"
+
+
+class ExternalIdentity(models.Model):
+    """A portal user's account at an OpenID provider: (issuer, subject) is the only match key."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identities"
+    )
+    issuer = models.URLField(max_length=500)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_login_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "external identities"
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="unique_external_identity"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"
+
+
+class GroupMapping(models.Model):
+    """An admin rule: members of this IdP group get this role in this project at login."""
+
+    group = models.CharField(
+        max_length=255, help_text="The group exactly as the identity provider sends it."
+    )
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="group_mappings")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["group", "project__slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["group", "project"], name="unique_group_mapping"),
+            models.CheckConstraint(
+                condition=models.Q(role__in=["admin", "member", "viewer"]),
+                name="group_mapping_role_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.group} → {self.project} ({self.role})"

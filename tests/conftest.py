@@ -6,10 +6,14 @@ and run without touching the database: every Django import happens inside a fixt
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+
+from tests.redis_server import RedisServer, redis_server_binary
 
 # kubesim fixtures (kubesim_api, kubesim, kubesim_factory, kubesim_fresh, kube_client) for every
 # test package.
@@ -34,6 +38,49 @@ class Personas:
 
 
 PERSONA_NAMES = ("outsider", "viewer", "member", "admin", "staff")
+
+
+@dataclass
+class GivenRedis:
+    """A Redis the run was pointed at (PORTAL_TEST_REDIS_URL): its databases from `first_db` on.
+
+    Under pytest-xdist each worker takes two databases of its own, but pub/sub channels are
+    shared by the whole server: prefer letting each worker start its own (the default)."""
+
+    base: str
+    first_db: int
+
+    def url(self, db: int = 0) -> str:
+        return f"{self.base}/{self.first_db + db}"
+
+
+def _worker_index() -> int:
+    """0 for a plain run, N for pytest-xdist's worker gwN."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """The tests' Redis, with `url(db)`: database 0 for the unit tests' pub/sub and metrics,
+    database 1 for the end-to-end tests' broker (tests/e2e).
+
+    By default a `redis-server` of this test process's own (one per xdist worker), so that one
+    worker's FLUSHDB or published events never reach another; PORTAL_TEST_REDIS_URL points the
+    run at an existing Redis instead (also the fallback, with 6379, when redis-server is not
+    installed)."""
+    given = os.environ.get("PORTAL_TEST_REDIS_URL")
+    binary = redis_server_binary()
+    if given or binary is None:
+        match = re.fullmatch(r"(redis://[^/]+)(?:/(\d+))?", given or "redis://127.0.0.1:6379/0")
+        if match is None:
+            pytest.fail(f"PORTAL_TEST_REDIS_URL={given!r}: expected redis://HOST:PORT/DB")
+        yield GivenRedis(match[1], int(match[2] or 0) + 2 * _worker_index())
+        return
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start(binary)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -148,3 +195,37 @@ def _in_memory_broker():
     app.conf.broker_url, app.conf.broker_transport_options = saved
     app._pool = None
     app.amqp._producer_pool = None
+
+
+@pytest.fixture
+def run_enqueued_tasks(_in_memory_broker):
+    """Run the tasks of the given names that were enqueued (to the in-memory broker) by code
+    under test, the way a worker would receive them: name and arguments from the message.
+    Other messages are dropped. Returns [(task name, args), ...] in the order received."""
+    import importlib
+
+    from portal.celery import app
+
+    def run(*names: str) -> list[tuple[str, tuple]]:
+        received = []
+        with app.connection_for_write() as connection:
+            queue = connection.SimpleQueue(app.conf.task_default_queue)
+            try:
+                while True:
+                    try:
+                        message = queue.get(block=False)
+                    except queue.Empty:
+                        break
+                    name = message.headers["task"]
+                    args, kwargs, _embed = message.decode()
+                    message.ack()
+                    if name not in names:
+                        continue
+                    module, attr = name.rsplit(".", 1)
+                    getattr(importlib.import_module(module), attr).apply(args=args, kwargs=kwargs)
+                    received.append((name, tuple(args)))
+            finally:
+                queue.close()
+        return received
+
+    return run

@@ -8,12 +8,10 @@ from portal import observability, pubsub
 
 
 @pytest.fixture
-def metrics_redis(settings):
-    import os
-
+def metrics_redis(settings, redis_server):
     import redis
 
-    url = os.environ.get("PORTAL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    url = redis_server.url()
     settings.PORTAL_PUBSUB_URL = url
     settings.PORTAL_METRICS_TOKEN = ""
     client = redis.Redis.from_url(url)

@@ -6,6 +6,7 @@ import functools
 import json
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -45,13 +46,17 @@ def api(func: Callable) -> Callable:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         settings = load_settings()
-        client = Client(settings.url, settings.token)
+        client = Client(settings.url, settings.token, on_retry=_say_retrying)
         try:
             return func(client, *args, **kwargs)
         finally:
             client.close()
 
     return wrapper
+
+
+def _say_retrying(message: str) -> None:
+    click.echo(f"gpuportal: {message}", err=True)
 
 
 class Group(click.Group):
@@ -402,14 +407,28 @@ def build_job_request(
 )
 @click.option("--dry-run", is_flag=True, help="Validate and print the manifests; store nothing.")
 @click.option("--wait", "wait_", is_flag=True, help="Block until the job ends; exit 1 if it fails.")
+@click.option(
+    "--idempotency-key",
+    metavar="KEY",
+    help="The submission's Idempotency-Key (default: a new UUID). Running the command again "
+    "with the same key returns the first job instead of submitting a second one.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @json_option
 @api
-def submit(client: Client, as_json: bool, dry_run: bool, wait_: bool, **flags: Any) -> None:
+def submit(
+    client: Client,
+    as_json: bool,
+    dry_run: bool,
+    wait_: bool,
+    idempotency_key: str | None,
+    **flags: Any,
+) -> None:
     """Submit a job; the command to run comes after '--'.
 
-    Submitting is never retried once the request may have reached the portal, so a network
-    error can never create the job twice.
+    The submission carries an Idempotency-Key, so it is retried safely (for up to two minutes)
+    when the portal is unavailable or the connection breaks: a retry can never create the job
+    twice. Pass --idempotency-key to repeat a whole command safely from a script.
 
     \b
     Examples:
@@ -442,7 +461,7 @@ def submit(client: Client, as_json: bool, dry_run: bool, wait_: bool, **flags: A
                         click.echo(f"gpuportal: {field}: {message}", err=True)
             sys.exit(EXIT_USAGE)
         return
-    job = client.post("/api/v1/jobs/", body)
+    job = client.post("/api/v1/jobs/", body, idempotency_key=idempotency_key or str(uuid.uuid4()))
     if not as_json:
         _print_warnings(job)
     if is_array:

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from jobs import mounts as job_mounts
 from jobs.arrays import shape as arrays
+from jobs.idempotency import IdempotencyKey, raise_if_already_submitted, record_submission
 from jobs.models import Job, JobArray, JobEvent
 from jobs.services import (
     _generated_name,
@@ -53,11 +54,17 @@ def _element_rows(
 
 
 def array_submit(
-    *, actor: Any, project: Project | str, data: dict[str, Any], source: str = "api"
+    *,
+    actor: Any,
+    project: Project | str,
+    data: dict[str, Any],
+    source: str = "api",
+    idempotency: IdempotencyKey | None = None,
 ) -> JobArray:
     """Validate an array or sweep request and store the array and all its elements (Submitted)
     in one transaction; one task then applies them. ValidationError ({field: [messages]}) for
-    bad input, PermissionDenied for a viewer."""
+    bad input, PermissionDenied for a viewer. With `idempotency` the key is stored with the
+    array (AlreadySubmitted when a concurrent request with the same key won)."""
     project = _writable_project(actor, project)
     data = dict(data)
     array_req, sweep, parallelism = (data.pop(key, None) for key in ARRAY_KEYS)
@@ -126,9 +133,12 @@ def array_submit(
                 ],
                 batch_size=BULK_BATCH,
             )
+            if idempotency is not None:
+                record_submission(user=actor, key=idempotency, array=array)
             enqueue_array_reconcile(array.pk)
             publish_job_change(jobs[0].pk, JobState.SUBMITTED, project_slug=project.slug)
     except IntegrityError as exc:
+        raise_if_already_submitted(user=actor, key=idempotency)
         raise ValidationError(
             {
                 "name": [

@@ -16,12 +16,13 @@ from rest_framework.decorators import action
 from rest_framework.renderers import BaseRenderer
 from rest_framework.response import Response
 
+from jobs import idempotency
 from jobs.arrays.api import JobArrayDetailSerializer, array_body
 from jobs.arrays.services import array_submit
 from jobs.arrays.shape import is_array_request
 from jobs.job_templates.services import template_for_submission, with_template_fields
 from jobs.logs import selectors as job_logs
-from jobs.models import Job, JobEvent, JobKind, JobPod
+from jobs.models import Job, JobEvent, JobKind, JobPod, SubmissionKey
 from jobs.redact import hidden_env, redact_manifests
 from jobs.render import manifests_yaml
 from jobs.selectors import job_manifests, writable_project_ids
@@ -337,6 +338,13 @@ class PlainTextRenderer(BaseRenderer):
         return str(data).encode()
 
 
+JOB_OR_ARRAY = PolymorphicProxySerializer(
+    component_name="JobOrArray",
+    serializers=[JobCreatedSerializer, JobArrayDetailSerializer],
+    resource_type_field_name=None,
+)
+
+
 class JobViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -386,32 +394,68 @@ class JobViewSet(
                 "dry_run",
                 OpenApiTypes.BOOL,
                 description="Validate and render the manifests without storing anything.",
-            )
+            ),
+            OpenApiParameter(
+                idempotency.HEADER,
+                {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": idempotency.MAX_LENGTH,
+                    "pattern": "^[ -~]+$",
+                },
+                location=OpenApiParameter.HEADER,
+                description="A key of your choosing (a UUID) for this submission, so it can be "
+                "sent again safely when the answer was lost: a repeat with the same key and "
+                "body returns the first submission's job or array (200) instead of a second "
+                "one; the same key with another body is a 422. Keys are per user and kept "
+                "24 hours (PORTAL_IDEMPOTENCY_KEY_HOURS). Ignored by dry runs.",
+            ),
         ],
         request=JobCreateSerializer,
         responses={
-            201: PolymorphicProxySerializer(
-                component_name="JobOrArray",
-                serializers=[JobCreatedSerializer, JobArrayDetailSerializer],
+            201: JOB_OR_ARRAY,
+            200: PolymorphicProxySerializer(
+                component_name="DryRunOrRepeat",
+                serializers=[DryRunSerializer, JobCreatedSerializer, JobArrayDetailSerializer],
                 resource_type_field_name=None,
             ),
-            200: DryRunSerializer,
+            422: OpenApiResponse(
+                ApiErrorSerializer,
+                description=f"The {idempotency.HEADER} was used before with a different body.",
+            ),
         },
     )
     def create(self, request, *args, **kwargs):
+        dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
+        key = None
+        if not dry_run:
+            key = idempotency.parse_idempotency_key(
+                request.headers.get(idempotency.HEADER), body=request.data
+            )
+        if key is not None:
+            previous = _previous_submission(request.user, key)
+            if previous is not None:
+                return self._repeat(request, previous)
         serializer = JobCreateSerializer(data=with_template(request.user, request.data))
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         data.pop("template", None)
-        dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
-        if is_array_request(data) or data.get("parallelism") is not None:
-            return self._create_array(request, data, dry_run)
         try:
+            if is_array_request(data) or data.get("parallelism") is not None:
+                return self._create_array(request, data, dry_run, key)
             outcome = job_submit(
-                actor=request.user, project=data.pop("project"), data=data, dry_run=dry_run
+                actor=request.user,
+                project=data.pop("project"),
+                data=data,
+                dry_run=dry_run,
+                idempotency=key,
             )
         except DjangoPermissionDenied as exc:
             raise exceptions.PermissionDenied(str(exc)) from exc
+        except idempotency.AlreadySubmitted as exc:
+            return self._repeat(request, exc.previous)
+        except idempotency.KeyReused as exc:
+            raise IdempotencyKeyReused({idempotency.HEADER: [str(exc)]}) from exc
         if dry_run:
             body = {
                 "valid": outcome.validation.ok,
@@ -427,16 +471,31 @@ class JobViewSet(
         data["warnings"] = outcome.warnings
         return Response(data, status=status.HTTP_201_CREATED)
 
-    def _create_array(self, request, data, dry_run: bool) -> Response:
+    def _create_array(self, request, data, dry_run: bool, key) -> Response:
         if dry_run:
             raise exceptions.ValidationError(
                 {"dry_run": ["A dry run takes one job; submit the array without dry_run."]}
             )
-        try:
-            array = array_submit(actor=request.user, project=data.pop("project"), data=data)
-        except DjangoPermissionDenied as exc:
-            raise exceptions.PermissionDenied(str(exc)) from exc
+        array = array_submit(
+            actor=request.user, project=data.pop("project"), data=data, idempotency=key
+        )
         return Response(array_body(array, request, self), status=status.HTTP_201_CREATED)
+
+    def _repeat(self, request, previous: SubmissionKey) -> Response:
+        """The answer to a repeated Idempotency-Key: the first submission's job or array as it
+        is now, with 200 (the first answer was 201)."""
+        headers = {"Idempotent-Replayed": "true"}
+        if previous.array_id is not None:
+            body = array_body(previous.array, request, self)
+            return Response(body, status=status.HTTP_200_OK, headers=headers)
+        job = (
+            self.shape_queryset(Job.objects.filter(pk=previous.job_id))
+            .prefetch_related("events", "pod_records")
+            .get()
+        )
+        body = dict(JobDetailSerializer(job, context=self.get_serializer_context()).data)
+        body["warnings"] = []
+        return Response(body, status=status.HTTP_200_OK, headers=headers)
 
     @extend_schema(
         parameters=[
@@ -547,6 +606,19 @@ class JobViewSet(
 
 
 TEXT = "text/plain; charset=utf-8"
+
+
+class IdempotencyKeyReused(exceptions.APIException):
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    default_detail = f"This {idempotency.HEADER} was already used for a different request."
+    default_code = "idempotency_key_reused"
+
+
+def _previous_submission(user, key: idempotency.IdempotencyKey) -> SubmissionKey | None:
+    try:
+        return idempotency.previous_submission(user=user, key=key)
+    except idempotency.KeyReused as exc:
+        raise IdempotencyKeyReused({idempotency.HEADER: [str(exc)]}) from exc
 
 
 def with_template(user, data):

@@ -7,6 +7,8 @@
 - `kubesim_fresh`: a server of its own for one test (vendored CRDs, no cluster);
 - `kubesim_rbac`: one server per test session that enforces RBAC (`--rbac`; vendored CRDs, no
   cluster); its admin kubeconfig is allowed everything, other users only what their roles grant;
+- `kubesim_module`: one server per test module, started with the module's `KUBESIM_OPTIONS`
+  (KubesimProcess keyword arguments such as `cluster=` and `speed=`);
 - `kube_client`: a kubernetes.client.ApiClient for `kubesim_api`.
 """
 
@@ -62,6 +64,14 @@ def kubesim_factory(tmp_path):
 @pytest.fixture
 def kubesim_fresh(kubesim_factory):
     return kubesim_factory(no_cluster=True)
+
+
+@pytest.fixture(scope="module")
+def kubesim_module(request, tmp_path_factory):
+    options = dict(getattr(request.module, "KUBESIM_OPTIONS", {}))
+    options.setdefault("workdir", tmp_path_factory.mktemp("kubesim-module"))
+    with KubesimProcess(**options) as server:
+        yield server
 
 
 @pytest.fixture

@@ -203,7 +203,13 @@ def _settings_read_from_the_environment() -> set[str]:
     return names
 
 
-SECRET_SETTINGS = {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "PORTAL_METRICS_TOKEN"}
+SECRET_SETTINGS = {
+    "SECRET_KEY",
+    "DATABASE_URL",
+    "CELERY_BROKER_URL",
+    "PORTAL_METRICS_TOKEN",
+    "PORTAL_OIDC_CLIENT_SECRET",
+}
 
 
 def test_every_setting_is_in_the_config_or_the_secret():

@@ -18,8 +18,13 @@ from kubesim.testing import KubesimProcess
 from tests.asgi_server import session_cookie, start_asgi_server
 
 REPO = Path(__file__).resolve().parents[2]
-# A Redis database of its own so other suites' queues never mix with these.
-E2E_REDIS_URL = os.environ.get("PORTAL_E2E_REDIS_URL", "redis://127.0.0.1:6379/11")
+
+
+@pytest.fixture(scope="session")
+def e2e_redis_url(redis_server) -> str:
+    """The end-to-end tests' broker and pub/sub: a database of its own on this worker's Redis,
+    so the unit tests' keys never mix with these queues."""
+    return redis_server.url(1)
 
 
 @pytest.fixture(scope="module")
@@ -94,13 +99,13 @@ class Worker:
 
 
 @pytest.fixture
-def celery_to_redis():
+def celery_to_redis(e2e_redis_url):
     """Point this process's Celery app (the producer side) at the e2e Redis database."""
     from portal.celery import app
 
-    _redis_flush(E2E_REDIS_URL)
+    _redis_flush(e2e_redis_url)
     saved = (app.conf.broker_url, app.conf.broker_transport_options)
-    app.conf.broker_url = E2E_REDIS_URL
+    app.conf.broker_url = e2e_redis_url
     app.conf.broker_transport_options = {"visibility_timeout": 3600}
     app._pool = None
     app.amqp._producer_pool = None
@@ -111,7 +116,7 @@ def celery_to_redis():
 
 
 @pytest.fixture
-def worker_factory(e2e_kubesim, celery_to_redis, tmp_path, settings):
+def worker_factory(e2e_kubesim, celery_to_redis, e2e_redis_url, tmp_path, settings):
     """Start (and restart) workers that share this test's database, Redis and kubesim."""
     from django.db import connection
 
@@ -125,7 +130,7 @@ def worker_factory(e2e_kubesim, celery_to_redis, tmp_path, settings):
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
-        "CELERY_BROKER_URL": E2E_REDIS_URL,
+        "CELERY_BROKER_URL": e2e_redis_url,
         "KUBECONFIG": str(e2e_kubesim.kubeconfig),
         "PYTHONPATH": str(REPO),
     }
@@ -244,11 +249,11 @@ def browser():
 
 
 @pytest.fixture
-def portal_server(tmp_path, worker_factory):
+def portal_server(tmp_path, worker_factory, e2e_redis_url):
     """The ASGI server publishing and streaming through the e2e Redis, plus a worker with beat."""
     worker_factory(beat_seconds=1)
     server = start_asgi_server(
-        tmp_path, PORTAL_PUBSUB_URL=E2E_REDIS_URL, CELERY_BROKER_URL=E2E_REDIS_URL
+        tmp_path, PORTAL_PUBSUB_URL=e2e_redis_url, CELERY_BROKER_URL=e2e_redis_url
     )
     yield server
     server.stop()

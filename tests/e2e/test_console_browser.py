@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.asgi_server import session_cookie, start_asgi_server
-from tests.e2e.conftest import E2E_REDIS_URL, screenshot, wait_for
+from tests.e2e.conftest import screenshot, wait_for
 from tests.e2e.test_watcher_e2e import watcher_factory  # noqa: F401  (a fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -48,14 +48,14 @@ def watcher(watcher_factory):  # noqa: F811
 
 
 @pytest.fixture
-def console_server(tmp_path, worker_factory, e2e_kubesim, watcher):
+def console_server(tmp_path, worker_factory, e2e_kubesim, e2e_redis_url, watcher):
     """uvicorn reading kubesim (the cluster page lists its nodes), a worker with beat and the
     cluster watcher."""
     worker_factory(beat_seconds=1)
     server = start_asgi_server(
         tmp_path,
-        PORTAL_PUBSUB_URL=E2E_REDIS_URL,
-        CELERY_BROKER_URL=E2E_REDIS_URL,
+        PORTAL_PUBSUB_URL=e2e_redis_url,
+        CELERY_BROKER_URL=e2e_redis_url,
         KUBECONFIG=str(e2e_kubesim.kubeconfig),
     )
     yield server

@@ -28,8 +28,9 @@ def e2e_kubesim(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _fast_metrics_beat(monkeypatch):
     """Sweep every 2 s and maintain every 3 s in the worker (set before worker_factory reads
-    the environment)."""
+    the environment); the jobs run 30 s, so idleness is judged on 12 s of samples."""
     monkeypatch.setenv("PORTAL_METRICS_PERIOD_SECONDS", "2")
+    monkeypatch.setenv("PORTAL_METRICS_IDLE_MIN_MINUTES", "0.2")
     monkeypatch.setenv("PORTAL_METRICS_MAINTAIN_SECONDS", "3")
 
 
@@ -123,4 +124,5 @@ def test_jobs_metrics_from_scrape_to_summary(e2e_org, worker_factory, e2e_kubesi
     assert done[eight["id"]].gpu_hours > done[busy["id"]].gpu_hours
     summary = metrics(bob, sleepy["id"], step="60")["summary"]
     assert summary["idle"] is True
+    assert summary["idle_verdict"] == "idle"
     assert summary["final"] is True

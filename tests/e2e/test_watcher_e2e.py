@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import E2E_REDIS_URL, wait_for
+from tests.e2e.conftest import wait_for
 from tests.e2e.test_jobs_e2e import api_as, kubesim_fault, submit, sync_quotas_and_wait
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -84,7 +84,7 @@ def clean_cluster(e2e_kubesim, settings):
 
 
 @pytest.fixture
-def watcher_factory(worker_factory, e2e_kubesim, tmp_path):
+def watcher_factory(worker_factory, e2e_kubesim, e2e_redis_url, tmp_path):
     from django.db import connection
 
     db = connection.settings_dict
@@ -92,8 +92,8 @@ def watcher_factory(worker_factory, e2e_kubesim, tmp_path):
     env = {
         **os.environ,
         "DATABASE_URL": f"postgres://{user}@{host}:{port}/{db['NAME']}",
-        "CELERY_BROKER_URL": E2E_REDIS_URL,
-        "PORTAL_PUBSUB_URL": E2E_REDIS_URL,
+        "CELERY_BROKER_URL": e2e_redis_url,
+        "PORTAL_PUBSUB_URL": e2e_redis_url,
         "KUBECONFIG": str(e2e_kubesim.kubeconfig),
         "PYTHONPATH": str(REPO),
         # Each test gets its own Lease, so a watcher of an earlier test never holds it.
@@ -157,11 +157,11 @@ def assert_no_duplicates(job_id):
 
 
 def test_a_job_moves_through_queued_running_succeeded_with_position_and_explanation(
-    e2e_org, worker_factory, watcher_factory
+    e2e_org, worker_factory, watcher_factory, e2e_redis_url
 ):
     import redis
 
-    pubsub = redis.Redis.from_url(E2E_REDIS_URL).pubsub()
+    pubsub = redis.Redis.from_url(e2e_redis_url).pubsub()
     pubsub.subscribe("portal:jobs:alpha")
     worker_factory()
     sync_quotas_and_wait(e2e_org)
@@ -375,9 +375,9 @@ def test_jobs_converge_after_leader_kill_expired_history_and_api_outage(
     for job_id in ids:
         wait_state(job_id, {"running", "succeeded"})
     first.kill()
-    killed_at = time.monotonic()
-    wait_for(second.leader, timeout=20, interval=0.2, what="the standby to take over")
-    assert time.monotonic() - killed_at <= 15.5
+    # The standby takes over once the Lease has gone unrenewed for its duration (exactly when:
+    # tests/watcher/test_kube_watch.py, on a clock of its own).
+    wait_for(second.leader, timeout=90, interval=0.2, what="the standby to take over")
     more = [
         submit(client, kind="single", gpus=1, command=["sh", "-c", "sleep 3000; echo ok"])["id"]
         for _ in range(3)

@@ -86,7 +86,7 @@ def uuids_of(core, namespace, pod):
     return set(core.read_namespaced_pod(pod, namespace).metadata.annotations[GPU_UUIDS].split(","))
 
 
-def test_sweep_attributes_stores_and_serves(kube, sim, running, personas, api_client_for):
+def test_sweep_attributes_stores_and_serves(kube, sim, running, personas, api_client_for, settings):
     from gpumetrics import services
     from gpumetrics.models import ExporterStatus, JobGpu, JobGpuSummary, MetricBlock
     from jobs.models import JobEvent
@@ -183,7 +183,8 @@ def test_sweep_attributes_stores_and_serves(kube, sim, running, personas, api_cl
     assert member.get(url, {"since": "yesterday"}).status_code == 400
     assert member.get(url, {"step": "-5"}).status_code == 400
 
-    # the jobs end: summary, idle flag, rollups
+    # the jobs end: summary, idle flag, rollups (7 sweeps over 90 s: judged on 1 minute here)
+    settings.PORTAL_METRICS_IDLE_MIN_MINUTES = 1
     for job in jobs.values():
         job_transition(
             job, to="succeeded", reason="Completed", source="test", expected_from=job.state
@@ -195,6 +196,7 @@ def test_sweep_attributes_stores_and_serves(kube, sim, running, personas, api_cl
     assert busy.idle is False
     assert busy.util_mean > 50
     assert sleepy.idle is True
+    assert (busy.idle_verdict, sleepy.idle_verdict) == ("busy", "idle")
     assert sleepy.util_mean < 1
     assert busy.fb_peak_mib > 10000
     assert busy.fb_total_mib > 80000

@@ -1,8 +1,8 @@
 """The concurrent sweep by pod IP (in-cluster access) against local HTTP servers: a slow and a
 dead exporter cost only themselves; the healthy ones are read within the timeout."""
 
+import contextlib
 import threading
-import time
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -39,10 +39,18 @@ CFG = MetricsConfig(
 )
 
 
-def serve(delay: float, host: str = "127.0.0.1", port: int = 0):
+def serve(before_answer=lambda: None, host: str = "127.0.0.1", port: int = 0):
+    """An exporter serving the A100 sample; each request first runs `before_answer` (to hold
+    the answer back); one whose hook raises is answered 500."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
-            time.sleep(delay)
+            try:
+                before_answer()
+            except Exception:
+                with contextlib.suppress(OSError):  # the client may have given up
+                    self.send_error(500)
+                return
             try:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -61,10 +69,13 @@ def serve(delay: float, host: str = "127.0.0.1", port: int = 0):
 
 @pytest.fixture
 def exporters():
-    """A healthy and a slow exporter on one port at two pod IPs (loopback addresses)."""
-    good = serve(0.0, "127.0.0.2")
-    slow = serve(5.0, "127.0.0.3", good.server_address[1])
+    """A healthy exporter and one that does not answer until the test is over, on one port at
+    two pod IPs (loopback addresses)."""
+    over = threading.Event()
+    good = serve(host="127.0.0.2")
+    slow = serve(lambda: over.wait(120), "127.0.0.3", good.server_address[1])
     yield good, slow
+    over.set()
     for server in (good, slow):
         server.shutdown()
         server.server_close()
@@ -72,17 +83,16 @@ def exporters():
 
 def test_slow_and_dead_exporters_do_not_hold_up_the_sweep(exporters):
     good, _slow = exporters
-    cfg = replace(CFG, port=good.server_address[1])
+    cfg = replace(CFG, port=good.server_address[1], timeout=5.0)
     pods = [
         ExporterPod("gpu-operator", "good", "n1", "127.0.0.2", True),
         ExporterPod("gpu-operator", "slow", "n2", "127.0.0.3", True),
         ExporterPod("gpu-operator", "dead", "n3", "127.0.0.4", True),  # nothing listens
     ]
-    started = time.monotonic()
+    # The slow exporter answers only once the test is over: a sweep that waited for it would
+    # not return before then, and would find it ok.
     result = scrape_exporters(cfg, pods)
-    elapsed = time.monotonic() - started
     outcomes = {t.pod: t for t in result.targets}
-    assert elapsed < 2 * cfg.timeout + 1.5  # bounded by the timeout, not the slow server
     assert outcomes["good"].ok
     assert outcomes["good"].samples == result.readings.samples > 0
     assert len(result.readings.devices) == 2
@@ -98,16 +108,17 @@ def test_not_ready_exporters_are_counted_not_scraped():
 
 
 def test_one_sweep_runs_scrapes_concurrently():
-    # four targets of 0.6 s each, four at once: about 0.6 s, not 2.4
-    slow_ok = serve(0.6)
+    # Each of the four exporters answers only once all four requests are in flight at the same
+    # time: a sweep scraping one after another would see its first request time out.
+    all_in_flight = threading.Barrier(4)
+    exporter = serve(lambda: all_in_flight.wait(timeout=60))
     try:
-        cfg = replace(CFG, port=slow_ok.server_address[1], timeout=3.0)
+        cfg = replace(CFG, port=exporter.server_address[1], timeout=30.0)
         pods = [ExporterPod("gpu-operator", f"p{i}", f"n{i}", "127.0.0.1", True) for i in range(4)]
-        started = time.monotonic()
         result = scrape_exporters(cfg, pods)
-        elapsed = time.monotonic() - started
     finally:
-        slow_ok.shutdown()
-        slow_ok.server_close()
-    assert all(t.ok for t in result.targets)
-    assert elapsed < 4 * 0.6
+        all_in_flight.abort()
+        exporter.shutdown()
+        exporter.server_close()
+    assert [t.error for t in result.targets if not t.ok] == []
+    assert len(result.targets) == 4

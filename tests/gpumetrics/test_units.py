@@ -6,6 +6,7 @@ import pytest
 
 from gpumetrics import codec
 from gpumetrics.attribution import JobFacts, attribute, job_id_from_pod
+from gpumetrics.idle import idle_verdict
 from gpumetrics.parsing import DeviceKey, DeviceReading
 from gpumetrics.series import UTIL, WIDTH, xid_meaning
 from gpumetrics.services import devices_expected, slot, summary_from_rows
@@ -153,20 +154,59 @@ def test_summary_figures_and_the_idle_flag():
         ]
 
     busy = summary_from_rows(
-        [(1.0, rows([90.0] * 19 + [10.0]))], period=15, threshold=10.0, held_seconds=3600
+        [(1.0, rows([90.0] * 23 + [10.0]))], period=15, threshold=10.0, held_seconds=3600
     )
-    assert busy["util_mean"] == pytest.approx(86.0)
+    assert busy["util_mean"] == pytest.approx((90.0 * 23 + 10.0) / 24)
     assert busy["util_p95"] == 90.0
     assert busy["idle"] is False
     assert busy["fb_peak_mib"] == 1000.0
     assert busy["fb_total_mib"] == 80000.0
-    assert busy["energy_kwh"] == pytest.approx(300.0 * 15 * 20 / 3.6e6)
+    assert busy["energy_kwh"] == pytest.approx(300.0 * 15 * 24 / 3.6e6)
     assert busy["gpu_hours"] == 1.0
+    assert busy["idle_verdict"] == "busy"
     idle = summary_from_rows(
-        [(1.0, rows([0.0] * 15 + [80.0] * 5))], period=15, threshold=10.0, held_seconds=300
+        [(1.0, rows([0.0] * 18 + [80.0] * 6))], period=15, threshold=10.0, held_seconds=360
     )
     assert idle["idle"] is True
+    assert idle["idle_verdict"] == "idle"
     assert idle["idle_fraction"] == 0.75
     empty = summary_from_rows([], period=15, threshold=10.0, held_seconds=0)
     assert empty["idle"] is False
+    assert empty["idle_verdict"] == "too_short"
     assert empty["util_mean"] is None
+
+
+def test_an_eight_gpu_job_read_once_at_start_up_is_too_short_to_judge():
+    # 8 GPUs at 0 % in the one sweep that saw the job (it ran 3 s): 8 readings, one moment.
+    start_up = [(1.0, [(1000, [0.0, 0.0, 500.0, 80000.0, 70.0, 30.0, 1980.0])])] * 8
+    summary = summary_from_rows(start_up, period=15, threshold=10.0, held_seconds=8 * 15)
+    assert summary["samples"] == 8
+    assert summary["idle_verdict"] == "too_short"
+    assert summary["idle"] is False
+
+
+MIN = 60
+
+
+@pytest.mark.parametrize(
+    ("readings", "verdict", "idle_fraction"),
+    [
+        ([], "too_short", None),
+        ([(0, 0.0)], "too_short", 1.0),  # one start-up reading
+        ([(0, 0.0), (15, 0.0)], "too_short", 1.0),
+        ([(0, g) for g in [0.0] * 8], "too_short", 1.0),  # 8 GPUs, one sweep
+        ([(t, 0.0) for t in range(0, 5 * MIN, 15)], "too_short", 1.0),  # 4 min 45 s
+        ([(t, 0.0) for t in (0, 300)], "too_short", 1.0),  # 5 minutes but 2 sweeps
+        ([(t, 0.0) for t in (0, 60, 120, 180, 300)], "idle", 1.0),  # 5 sweeps over 5 min
+        ([(t, 0.0) for t in range(0, 5 * MIN + 1, 15)], "idle", 1.0),
+        ([(t, 95.0) for t in range(0, 5 * MIN + 1, 15)], "busy", 0.0),
+        ([(t, 5.0 if t < 180 else 50.0) for t in range(0, 5 * MIN + 1, 15)], "idle", 12 / 21),
+        ([(t, 5.0 if t < 150 else 50.0) for t in range(0, 5 * MIN + 1, 15)], "busy", 10 / 21),
+        ([(t, 10.0) for t in range(0, 5 * MIN + 1, 15)], "busy", 0.0),  # at the threshold: busy
+    ],
+)
+def test_idle_verdict_needs_enough_evidence(readings, verdict, idle_fraction):
+    judged = idle_verdict(readings, threshold=10.0, min_span_seconds=5 * MIN)
+    assert judged.verdict == verdict
+    assert judged.idle is (verdict == "idle")
+    assert judged.idle_fraction == pytest.approx(idle_fraction)

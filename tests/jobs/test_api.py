@@ -207,7 +207,8 @@ def test_cancel_moves_to_cancelled_and_finished_jobs_answer_409(
         response = client.post(f"{URL}{job.pk}/cancel/")
     assert response.status_code == 200
     assert response.json()["state"] == "cancelled"
-    assert len(callbacks) == 2  # the live-page notice and the deletion, both after commit
+    # The live-page notice, the deletion and the GPU summary of the ended job, all after commit.
+    assert len(callbacks) == 3
     assert Job.objects.get(pk=job.pk).cleanup_pending is True
     again = client.post(f"{URL}{job.pk}/cancel/")
     assert again.status_code == 409

@@ -43,6 +43,18 @@ def test_detail_shows_manifest_yaml_and_follows_the_job_until_finished(
     assert "<html" not in fragment.text
 
 
+def test_an_eight_gpu_single_pod_job_is_called_single_pod(personas, web_client_for, make_job):
+    job = make_job(name="eight-on-one", kind="single", gpus=8)
+    client = web_client_for(personas.member)
+    detail = client.get(f"/jobs/{job.pk}/").text
+    kind = detail[detail.index("<dt>Kind</dt>") :]
+    assert kind.startswith("<dt>Kind</dt><dd>Single pod</dd>")
+    assert "<dt>GPUs</dt><dd>8</dd>" in detail
+    listing = client.get("/jobs/").text
+    assert "Single pod" in listing
+    assert "Single GPU" not in detail + listing
+
+
 def test_outsider_gets_404_and_viewer_has_no_cancel_button(personas, web_client_for, make_job):
     job = make_job()
     assert web_client_for(personas.outsider).get(f"/jobs/{job.pk}/").status_code == 404

@@ -230,9 +230,10 @@ def test_bulk_transition_moves_only_jobs_still_in_the_state_read(make_job):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_bulk_transition_publishes_one_notice_per_moved_job_after_commit(make_job, settings):
+def test_bulk_transition_publishes_one_notice_per_moved_job_after_commit(
+    make_job, settings, redis_server
+):
     import json
-    import os
     import time
 
     import redis
@@ -240,7 +241,7 @@ def test_bulk_transition_publishes_one_notice_per_moved_job_after_commit(make_jo
     from jobs.services import Move, job_transition_many
     from portal import pubsub
 
-    url = os.environ.get("PORTAL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    url = redis_server.url()
     settings.PORTAL_PUBSUB_URL = url
     pubsub._client = None
     jobs = [make_job(state="queued") for _ in range(3)]

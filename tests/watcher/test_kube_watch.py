@@ -44,23 +44,37 @@ def _until(predicate, timeout=20.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+class ManualClock:
+    """The electors' monotonic clock, moved on by the test: how long a lease has gone
+    unrenewed is then a fact of the test, not of how busy the machine is."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_one_candidate_holds_the_lease_and_a_standby_takes_over_when_it_stops(kube):
     from jobs.watcher.leader import LeaderElector
     from portal.kube import watch
 
     name = f"lease-{time.time_ns()}"
-    a = LeaderElector(namespace="default", name=name, identity="a", lease_seconds=2)
-    b = LeaderElector(namespace="default", name=name, identity="b", lease_seconds=2)
+    clock = ManualClock()
+    a = LeaderElector(namespace="default", name=name, identity="a", lease_seconds=2, clock=clock)
+    b = LeaderElector(namespace="default", name=name, identity="b", lease_seconds=2, clock=clock)
     assert a.try_acquire_or_renew() is True
     assert b.try_acquire_or_renew() is False
     assert a.try_acquire_or_renew() is True  # renewing keeps it
     assert b.try_acquire_or_renew() is False
     assert watch.get_lease("default", name)["spec"]["holderIdentity"] == "a"
-    # a dies (stops renewing): b sees no change for a whole lease duration, then takes over.
-    started = time.monotonic()
-    _until(b.try_acquire_or_renew, timeout=10, what="b to take over")
-    # Not before a whole lease duration since b last saw a renewal (just before `started`).
-    assert 1.5 <= time.monotonic() - started < 5
+    # a dies (stops renewing): b sees no change for a whole lease duration, then takes over;
+    # not a moment before.
+    clock.now += 1.9
+    assert b.try_acquire_or_renew() is False
+    assert watch.get_lease("default", name)["spec"]["holderIdentity"] == "a"
+    clock.now += 0.1
+    assert b.try_acquire_or_renew() is True
     assert not a.try_acquire_or_renew()  # a, back, finds b holding a fresh lease
     assert not a.is_leader
     lease = watch.get_lease("default", name)["spec"]
@@ -120,7 +134,9 @@ def test_a_lease_renewal_does_not_wait_behind_the_process_rate_limit(kube, setti
     from jobs.watcher.leader import LeaderElector
     from portal.kube.client import get_api_client, get_lease_client, reset_api_client
 
-    settings.PORTAL_KUBE_QPS = 0.5  # one request every two seconds for everything else
+    # One request every 1,000 seconds for everything else: a paced Lease call would wait that
+    # long, far past the generous wait below.
+    settings.PORTAL_KUBE_QPS = 0.001
     settings.PORTAL_KUBE_BURST = 1
     reset_api_client()
     assert get_api_client().bucket is not None
@@ -129,7 +145,12 @@ def test_a_lease_renewal_does_not_wait_behind_the_process_rate_limit(kube, setti
     elector = LeaderElector(
         namespace="default", name=f"lease-{time.time_ns()}", identity="a", lease_seconds=2
     )
-    started = time.monotonic()
-    for _ in range(5):
-        assert elector.try_acquire_or_renew() is True
-    assert time.monotonic() - started < 1.5  # ten Lease calls, none paced
+    results: list[bool] = []
+    renewals = threading.Thread(
+        target=lambda: results.extend(elector.try_acquire_or_renew() for _ in range(5)),
+        daemon=True,
+    )
+    renewals.start()
+    renewals.join(timeout=60)
+    assert not renewals.is_alive(), "a Lease call waited for the process's rate limit"
+    assert results == [True] * 5  # ten Lease calls, none paced

@@ -15,6 +15,7 @@ from kubesim.controllers.context import ControllerContext
 QUEUE_CONTROLLERS = (
     "kubesim.controllers.kueue.controller",
     "kubesim.controllers.volcano.controller",
+    "kubesim.controllers.kai.controller",
 )
 
 

@@ -29,8 +29,10 @@ def record(
     component: str = "kubesim",
     host: str | None = None,
     field_path: str | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> dict | None:
-    """Write (or bump) an Event about obj; the stored Event, or None when it was not written."""
+    """Write (or bump) an Event about obj; the stored Event, or None when it was not written.
+    `annotations` go on the Event's metadata, as client-go's AnnotatedEventf puts them."""
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
     now = rfc3339(store.clock.now())
@@ -87,6 +89,9 @@ def record(
         "reportingComponent": component,
         "reportingInstance": host or "",
     }
+    if annotations:
+        # client-go's AnnotatedEventf (KAI's Evict events carry who evicted and why)
+        event["metadata"]["annotations"] = dict(annotations)
     try:
         stored = store.create(event, namespace=namespace)
     except ApiError as exc:

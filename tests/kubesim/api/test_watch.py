@@ -98,17 +98,24 @@ def test_label_filtered_watch_sees_objects_leave_the_selection(core, namespace):
 
 def test_bookmarks_and_timeout(core, namespace):
     rv = core.list_namespaced_config_map(namespace).metadata.resource_version
-    started = time.monotonic()
-    events = list(
-        watch.Watch().stream(
-            core.list_namespaced_config_map,
-            namespace,
-            resource_version=rv,
-            allow_watch_bookmarks=True,
-            timeout_seconds=1,
-        )
+    events: list[dict] = []
+    # The server ends the watch after timeout_seconds; one that ignored it would run for
+    # kubesim's default watch length (30 to 60 minutes), far past the wait below.
+    reader = threading.Thread(
+        target=lambda: events.extend(
+            watch.Watch().stream(
+                core.list_namespaced_config_map,
+                namespace,
+                resource_version=rv,
+                allow_watch_bookmarks=True,
+                timeout_seconds=1,
+            )
+        ),
+        daemon=True,
     )
-    assert time.monotonic() - started < 5
+    reader.start()
+    reader.join(timeout=60)
+    assert not reader.is_alive(), "the watch outlived its timeoutSeconds"
     assert events
     assert events[-1]["type"] == "BOOKMARK"
     assert int(events[-1]["raw_object"]["metadata"]["resourceVersion"]) >= int(rv)

@@ -339,6 +339,39 @@ def test_a_parents_capability_bounds_all_its_children_together(volcano):
     assert podgroup(store, second)["status"]["phase"] == "Pending"
 
 
+def test_a_finished_gang_leaves_nothing_allocated_in_its_queue_or_the_parent(volcano):
+    # Volcano recomputes status.allocated each session from the tasks it still runs; a key that
+    # is gone must be deleted from the status, not kept at its last value.
+    ctx, controller = volcano
+    store = ctx.store
+    _queue(store, "dept3", capability={GPU: "16"}, deserved={GPU: "16"})
+    controller.reconcile()
+    _queue(store, "proj3", parent="dept3", capability={GPU: "16"}, deserved={GPU: "4"})
+    controller.reconcile()
+    vcjob(store, "gang", [task("worker", 2, 4)], queue="proj3")
+    controller.reconcile()
+    controller.reconcile()
+    pods = pods_of(store, "gang")
+    for pod in pods:
+        set_phase(store, pod, "Running")
+    controller.reconcile()
+    running = store.get(PG_API, "Queue", None, "proj3")["status"]
+    assert running["allocated"][GPU] == "8"
+    assert store.get(PG_API, "Queue", None, "dept3")["status"]["allocated"][GPU] == "8"
+
+    for pod in pods:
+        set_phase(store, pod, "Succeeded")
+    controller.reconcile()
+    controller.reconcile()
+    assert job_status(store, "gang")["state"]["phase"] == "Completed"
+    for name in ("proj3", "dept3"):
+        status = store.get(PG_API, "Queue", None, name)["status"]
+        assert (status["completed"], status["running"]) == (1, 0)
+        assert GPU not in status["allocated"], (name, status["allocated"])
+        # As Volcano's ConvertRes2ResList writes an empty total: cpu and memory at zero.
+        assert status["allocated"] == {"cpu": "0", "memory": "0"}
+
+
 def command(store, name, action, target_kind, target):
     store.create(
         {

@@ -22,6 +22,9 @@ Readings follow the load: a GPU held by a running container that does GPU work i
 free, or held by a container that only sleeps (a script kubesim's shell reads: sleep, echo, exit),
 stays idle; noise is a hash of the device and
 the simulated time, so scrapes are repeatable.
+A GPU that KAI shares between fraction pods is held by its reservation pod, so its series carry
+that pod (namespace kai-resource-reservation), as the real exporter's do; its load is the sum of
+each running fraction pod's share times that pod's own load.
 """
 
 from __future__ import annotations
@@ -146,6 +149,8 @@ XID_MESSAGES = {
     120: "GSP Error",
 }
 RESERVED_MIB = {"full": 546, "mig": 0}
+# Where KAI's reservation pods hold the GPUs that fraction pods share.
+KAI_RESERVATION_NAMESPACE = "kai-resource-reservation"
 
 
 def _noise(*parts) -> float:
@@ -205,6 +210,28 @@ class Exporter:
         running = attempt.finished is None and run.waiting_reason != "CrashLoopBackOff"
         return running and not attempt.timeline.scripted, runner.uid
 
+    def _sharers(self, holder: tuple[str, str, str] | None) -> list | None:
+        """The fraction pods on a GPU that a KAI reservation pod holds (None: not shared)."""
+        if holder is None or holder[0] != KAI_RESERVATION_NAMESPACE:
+            return None
+        kai = self.ctx.extras.get("kai")
+        return kai.gpu_sharers(holder[1]) if kai is not None else None
+
+    def _shared_load(self, node: str, sharers: list, key: str, now: float) -> tuple:
+        """(utilisation, memory ratio, busy) of a shared GPU: each busy fraction pod adds its
+        share of the GPU times its own load (the exporter still labels the series with the
+        reservation pod, as dcgm-exporter does: it sees only the pod that holds the device)."""
+        util, memory, busy = 0.0, 0.0, False
+        for namespace, pod, container, portion in sharers:
+            working, seed = self._busy(node, (namespace, pod, container))
+            if not working:
+                continue
+            busy = True
+            share = portion / 1000.0
+            util += share * self._load(seed, f"{key}/{pod}", True, now)
+            memory += share * (0.55 + 0.37 * ((zlib.crc32((seed + "mem").encode()) % 1000) / 1000))
+        return min(1.0, util), min(0.97, memory), busy
+
     def _load(self, seed: str, key: str, busy: bool, now: float) -> float:
         """Utilisation ratio 0..1."""
         bucket = int(now // 15)
@@ -241,8 +268,13 @@ class Exporter:
                 )
             util = min(1.0, sum(loads))
         else:
-            busy, seed = self._busy(node.name, self._holder(node.name, gpu.uuid))
-            util = self._load(seed, gpu.uuid, busy, now)
+            holder = self._holder(node.name, gpu.uuid)
+            sharers = self._sharers(holder)
+            if sharers is not None:
+                util = self._shared_load(node.name, sharers, gpu.uuid, now)[0]
+            else:
+                busy, seed = self._busy(node.name, holder)
+                util = self._load(seed, gpu.uuid, busy, now)
         state = self._thermal(gpu, node.name, util, now)
         bucket = int(now // 15)
         power = model.idle_power_w + (model.max_power_w - model.idle_power_w) * util * 0.88
@@ -292,7 +324,11 @@ class Exporter:
             )
             total = inst.profile.memory_mib if inst is not None else gpu.model.memory_mib
             reserved = RESERVED_MIB["mig" if inst is not None else "full"]
-            if busy:
+            sharers = self._sharers(holder) if inst is None else None
+            if sharers is not None:
+                _util, ratio, busy = self._shared_load(node.name, sharers, device_uuid, now)
+                used = int((total - reserved) * ratio) if busy else 0
+            elif busy:
                 used_ratio = 0.55 + 0.37 * ((zlib.crc32((seed + "mem").encode()) % 1000) / 1000.0)
                 used = int(
                     (total - reserved) * min(0.97, used_ratio + 0.01 * _noise(device_uuid, bucket))

@@ -1,8 +1,9 @@
 """What a simulated container does: its command read as a tiny shell.
 
 A container whose command is a shell script (`sh -c`, `bash -c`, or an exec-form `sleep`/`echo`/
-`true`/`false`/`exit`) made only of `sleep N`, `echo ...`, `exit N`, `true`, `false` (also `:`,
-`set ...` and comments), joined by newlines, `;`, `&&` and `||`, runs as written in simulated time.
+`true`/`false`/`exit`) made only of `sleep N` (or `sleep infinity`), `echo ...`, `exit N`, `true`,
+`false` (also `:`, `set ...` and comments), joined by newlines, `;`, `&&` and `||`, runs as written
+in simulated time.
 `alloc SIZE` (a Kubernetes quantity such as 80Gi or 512M) makes the script hold that much more
 memory from then on; when what it holds exceeds the container's memory limit, the kernel's OOM
 killer ends the container at that moment: exit code 137, reason OOMKilled (`apply_memory_limit`).
@@ -99,6 +100,8 @@ def _sleep_seconds(args: list[str]) -> float | None:
     total = 0.0
     if not args:
         return None
+    if args == ["infinity"]:  # GNU sleep: never returns (reservation pods, upstream examples)
+        return math.inf
     for arg in args:
         match = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)([smhd]?)", arg)
         if not match:

@@ -15,8 +15,8 @@ the queue controller and the job admission webhooks, writing what Volcano v1.15 
   pending pods of a gang are bound in one step when at least minAvailable of them fit on the
   nodes, else none is and the PodGroup gets the Unschedulable condition and event "x/y tasks in
   gang unschedulable: ...".
-- Queue status: state Open, PodGroup counts per phase and allocated resources (a parent queue
-  counts its children).
+- Queue status: state Open, PodGroup counts per phase and allocated resources, recomputed from
+  the pods still bound (a parent queue counts its children; a finished job's resources leave).
 """
 
 from __future__ import annotations
@@ -1380,7 +1380,8 @@ class VolcanoController:
                 _add(total, allocated.get(member, {}))
                 for phase, n in counts.get(member, {}).items():
                     phases[phase] = phases.get(phase, 0) + n
-            state = (queue.get("status") or {}).get("state") or "Open"
+            previous = queue.get("status") or {}
+            state = previous.get("state") or "Open"
             live = sum(n for phase, n in phases.items() if phase != "completed")
             if state == "Closing" and live == 0:
                 state = "Closed"
@@ -1391,18 +1392,27 @@ class VolcanoController:
                 "running": phases.get("running", 0),
                 "unknown": phases.get("unknown", 0),
                 "completed": phases.get("completed", 0),
-                "allocated": _resource_list(total) if total else {},
+                # Recomputed from the pods still bound, as the scheduler's updateQueueStatus
+                # does at each session's close; cpu and memory are always listed
+                # (ConvertRes2ResList), zero when nothing runs.
+                "allocated": {"cpu": "0", "memory": "0", **_resource_list(total)},
             }
             fingerprint = json.dumps(status, sort_keys=True)
             if self.queue_written.get(name) == fingerprint:
                 continue
+            # Volcano replaces the status (UpdateStatus); as a merge patch, a resource no longer
+            # allocated must be sent as null or it would keep its last value.
+            patch = {
+                **status,
+                "allocated": _with_removals(previous.get("allocated") or {}, status["allocated"]),
+            }
             try:
                 updated = self.store.patch(
                     QUEUE_API,
                     "Queue",
                     None,
                     name,
-                    {"status": status},
+                    {"status": patch},
                     subresource="status",
                     field_manager=FIELD_MANAGER,
                 )
