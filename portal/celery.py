@@ -21,20 +21,6 @@ def _freeze_start_up_heap(**_kwargs) -> None:
     freeze_startup_heap()
 
 
-def _portal_logging(**_kwargs) -> None:
-    # With PORTAL_LOG_FORMAT=json the workers log as the web processes do (portal/logs.py),
-    # instead of Celery's own text format on the root logger.
-    import logging.config
-
-    from django.conf import settings
-
-    logging.config.dictConfig(settings.LOGGING)
-
-
-if os.environ.get("PORTAL_LOG_FORMAT") == "json":
-    setup_logging.connect(_portal_logging)
-
-
 class HeartbeatFile(bootsteps.StartStopStep):
     """Touches PORTAL_WORKER_HEARTBEAT_FILE every few seconds while the worker's consumer runs
     (connected to the broker, its event loop turning), and removes it when the consumer stops.
@@ -76,3 +62,17 @@ class HeartbeatFile(bootsteps.StartStopStep):
 
 
 app.steps["consumer"].add(HeartbeatFile)
+
+
+def _portal_logging(**_kwargs) -> None:
+    # With PORTAL_LOG_FORMAT=json the workers log as the web processes do (portal/logs.py),
+    # instead of Celery's own text format on the root logger.
+    import logging.config
+
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+
+
+if os.environ.get("PORTAL_LOG_FORMAT") == "json":
+    setup_logging.connect(_portal_logging)

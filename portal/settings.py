@@ -70,10 +70,10 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Outermost: every log line of a request carries its id (X-Request-ID, echoed back).
     "portal.logs.RequestIdMiddleware",
-    # Kubelet probes and Prometheus scrapes, before the host check and the HTTPS redirect.
-    "portal.health.ProbeEndpointsMiddleware",
     # A view that meets a database or Redis outage answers 503 + Retry-After, not 500.
     "portal.outage.OutageMiddleware",
+    # Kubelet probes and Prometheus scrapes, before the host check and the HTTPS redirect.
+    "portal.health.ProbeEndpointsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
