@@ -27,6 +27,15 @@ def test_department_quota_set_updates_and_delete_removes(org):
     assert not services.department_quota_delete(actor=None, department=org.research, pool=org.h100)
 
 
+def _a_session_waits_for_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0] > 0
+
+
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_quota_writes_cannot_together_exceed_a_department_cap(org):
     """Each write fits alone (8 ≤ 12) but not both; the cap row lock serialises them."""
@@ -40,7 +49,7 @@ def test_concurrent_quota_writes_cannot_together_exceed_a_department_cap(org):
             with transaction.atomic():
                 services.quota_set(actor=None, project=org.vision, pool=org.h100, nominal=8)
                 first_written.set()
-                release_first.wait(10)
+                release_first.wait(120)  # held until the test has seen the second wait
         finally:
             connection.close()
 
@@ -58,7 +67,11 @@ def test_concurrent_quota_writes_cannot_together_exceed_a_department_cap(org):
     assert first_written.wait(10)
     t2 = threading.Thread(target=second)
     t2.start()
-    time.sleep(0.5)  # the second write is now waiting for the cap's row lock
+    # The second write is now waiting for the cap's row lock (PostgreSQL says so), not done.
+    deadline = time.monotonic() + 60
+    while not _a_session_waits_for_a_lock():
+        assert time.monotonic() < deadline, "the second write never waited for the lock"
+        time.sleep(0.05)
     assert "second" not in outcome
     release_first.set()
     t1.join(10)
