@@ -13,7 +13,7 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from kubesim.api import errors, protobuf
+from kubesim.api import errors
 from kubesim.api.quantity import canonical
 from kubesim.api.selectors import labels_match, to_requirements
 from kubesim.controllers.context import follow
@@ -28,18 +28,6 @@ SYSTEM_MEMORY_BYTES = 1 << 30
 
 def _json(body: dict, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
-
-
-async def _read_body(request: web.Request, kind: str) -> dict:
-    raw = await request.read()
-    try:
-        # kubectl's typed clients (auth can-i, create token) send protobuf
-        body = protobuf.decode_body(raw, request.content_type) if raw.strip() else {}
-    except ValueError:
-        raise errors.bad_request(f"the body of a {kind} could not be decoded") from None
-    if not isinstance(body, dict):
-        raise errors.bad_request(f"the body of a {kind} must be an object")
-    return body
 
 
 def _now(ctx) -> str:
