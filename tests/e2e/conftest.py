@@ -150,6 +150,10 @@ def worker_factory(e2e_kubesim, celery_to_redis, e2e_redis_url, tmp_path, settin
     yield start
     for worker in workers:
         worker.stop()
+        # Shown by pytest when the test failed (with kubesim's, below).
+        print(f"--- {worker.log.name} ---\n{worker.log.read_text(errors='replace')[-4000:]}")
+    kubesim_log = e2e_kubesim.log_file.read_text(errors="replace")
+    print(f"--- kubesim.log (the module's) ---\n{kubesim_log[-4000:]}")
 
 
 def wait_for(predicate, timeout=60.0, interval=0.3, what="condition"):
