@@ -414,9 +414,14 @@ def test_a_volcano_gang_runs_to_success_with_each_rank_recorded(
     states = [to for _, to in transitions(gang["id"])]
     assert states.index("running") < states.index("succeeded"), states
     assert_no_duplicates(gang["id"])
-    pods = wait_for(
-        lambda: (rows := list(done.pod_records.order_by("rank"))) and len(rows) == 3 and rows,
-        what="three pod rows",
-    )
+
+    # The pods' records are written by the watcher's pod events, which may land just after the
+    # job's own transition (separate writers): wait until every rank has its GPUs and exit code.
+    def ranks_recorded():
+        rows = list(done.pod_records.order_by("rank"))
+        complete = len(rows) == 3 and all(p.exit_code is not None and p.gpu_uuids for p in rows)
+        return complete and rows
+
+    pods = wait_for(ranks_recorded, what="three pod rows with their GPUs and exit codes")
     assert [p.rank for p in pods] == [0, 1, 2]
     assert all(len(p.gpu_uuids) == 2 and p.exit_code == 0 for p in pods)
