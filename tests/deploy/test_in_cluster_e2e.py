@@ -198,13 +198,14 @@ def _submit(client, project: str, spec: dict) -> dict:
 
 # ----------------------------------------------------------------------------- 1. the flow
 @pytest.fixture
-def broker():
-    """This process's Celery producer and the subprocesses on the tests' own Redis database."""
+def broker(redis_server):
+    """This process's Celery producer and the subprocesses on the tests' own Redis database
+    (this worker's server: a FLUSHDB here must not reach another worker's queue)."""
     import redis
 
     from portal.celery import app
 
-    url = os.environ.get("PORTAL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    url = redis_server.url(1)
     redis.Redis.from_url(url).flushdb()
     saved = (app.conf.broker_url, app.conf.broker_transport_options)
     app.conf.broker_url = url
