@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "gpumetrics",  # GPU metrics per job
     "volumes",  # data volumes, checkpoints
     "credentials",  # secrets and registry logins of projects
+    "audit",  # audit trail: who did what
 ]
 
 MIDDLEWARE = [
@@ -80,6 +81,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Source (web/api/cli/admin/sso), request id and address of the audit rows written inside.
+    "audit.middleware.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -305,6 +308,16 @@ CELERY_BEAT_SCHEDULE["analyze-small-tables"] = {
     "task": "portal.tasks.analyze_small_tables",
     "schedule": celery_schedule(PORTAL_ANALYZE_SECONDS),
     "options": {"expires": PORTAL_ANALYZE_SECONDS},
+}
+
+# Audit trail: rows older than this many days are deleted once a day (0 = keep forever).
+PORTAL_AUDIT_RETENTION_DAYS = env.int("PORTAL_AUDIT_RETENTION_DAYS", default=400)
+if PORTAL_AUDIT_RETENTION_DAYS < 0:
+    sys.exit("PORTAL_AUDIT_RETENTION_DAYS must be 0 (keep forever) or a number of days.")
+CELERY_BEAT_SCHEDULE["audit-retention"] = {
+    "task": "audit.tasks.purge_expired_events",
+    "schedule": celery_schedule(86400.0),
+    "options": {"expires": 3600.0},
 }
 
 # Quota sync safety: a sync that would delete more than this many owned quota objects AND more
