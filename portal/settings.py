@@ -202,6 +202,11 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "portal.api_errors.PortalAutoSchema",
     "EXCEPTION_HANDLER": "portal.api_errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "portal.throttling.TokenRateThrottle",
+        "portal.throttling.UserRateThrottle",
+        "portal.throttling.AnonRateThrottle",
+    ],
     # Bodies are checked for text PostgreSQL cannot store and for absurd nesting (400, not 500).
     "DEFAULT_PARSER_CLASSES": [
         "portal.api_io.PortalJSONParser",
@@ -347,6 +352,33 @@ PORTAL_PUBSUB_URL = env.str(
     "PORTAL_PUBSUB_URL",
     default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "",
 )
+# The shared cache (API rate-limit counters): Redis, so every web process counts the same
+# requests; empty = the CELERY_BROKER_URL when it is Redis, else a per-process memory cache (the
+# demo: one process).
+PORTAL_CACHE_URL = env.str(
+    "PORTAL_CACHE_URL",
+    default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "",
+)
+CACHES = {
+    "default": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": PORTAL_CACHE_URL,
+            "KEY_PREFIX": "gpu-portal",
+            # A cache that does not answer must not hang the request (portal/throttling.py then
+            # lets it through).
+            "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+        }
+        if PORTAL_CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+# API rate limits (portal/throttling.py), DRF's syntax: N/s, N/min, N/hour or N/day; "off" = no
+# limit. Per token (each personal token), per user (all their tokens and their session together)
+# and per client IP address for requests without a login. Read at every request.
+PORTAL_API_RATE_TOKEN = env.str("PORTAL_API_RATE_TOKEN", default="600/min")
+PORTAL_API_RATE_USER = env.str("PORTAL_API_RATE_USER", default="1200/min")
+PORTAL_API_RATE_ANON = env.str("PORTAL_API_RATE_ANON", default="60/min")
 # /metrics (Prometheus): with a token, scrapers send "Authorization: Bearer <token>"; without,
 # only loopback callers and staff sessions may read it.
 PORTAL_METRICS_TOKEN = env.str("PORTAL_METRICS_TOKEN", default="")
