@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "gpumetrics",  # GPU metrics per job
     "volumes",  # data volumes, checkpoints
     "credentials",  # secrets and registry logins of projects
+    "governance",  # per-member GPU limits, temporary quota requests
 ]
 
 MIDDLEWARE = [
@@ -303,6 +304,14 @@ CELERY_BEAT_SCHEDULE = {
         # A resync older than one period is superseded by the next one.
         "options": {"expires": PORTAL_RESYNC_SECONDS},
     },
+}
+# Temporary quota requests (governance): the furthest end date a project admin may ask for, in
+# days from today; ended requests give their GPUs back at every resync period.
+PORTAL_QUOTA_REQUEST_MAX_DAYS = env.int("PORTAL_QUOTA_REQUEST_MAX_DAYS", default=90)
+CELERY_BEAT_SCHEDULE["end-quota-requests"] = {
+    "task": "governance.tasks.end_quota_requests",
+    "schedule": celery_schedule(PORTAL_RESYNC_SECONDS),
+    "options": {"expires": PORTAL_RESYNC_SECONDS},
 }
 # The small tables the lists join are analysed when they change, even where autovacuum is off.
 PORTAL_ANALYZE_SECONDS = env.float("PORTAL_ANALYZE_SECONDS", default=300.0)
