@@ -14,6 +14,7 @@ from jobs.models import Job, QueueUsage
 from jobs.states import ACTIVE, JobState
 from quotas.models import FULL_GPU, GpuPool, ProjectQuota
 from tenants.models import Project
+from tenants.permissions import is_project_admin
 from tenants.selectors import restrict_to_visible
 
 HELD_FIELDS = ("pk", "pool__slug", "eligible_pools", "gpus", "replicas", "kind", "mig_profile")
@@ -150,3 +151,15 @@ def quota_requests_to_end(*, today: Any) -> QuerySet[QuotaRequest]:
     return QuotaRequest.objects.filter(
         status__in=[RequestStatus.APPROVED, RequestStatus.EXPIRING], until__lt=today
     ).order_by("id")
+
+
+def section_context(*, user: Any, project: Project) -> dict[str, Any]:
+    """What the project page's governance sections show (the forms are added by the caller)."""
+    return {
+        "project": project,
+        "can_govern": is_project_admin(user, project),
+        "limits": list(member_limit_list(project=project)),
+        "held_jobs": list(held_jobs_of_project(project=project)[:50]),
+        "quota_requests": list(quota_request_list(project=project)[:20]),
+        "pools": list(project_pools(project=project).values_list("slug", flat=True)),
+    }
