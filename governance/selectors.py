@@ -163,3 +163,22 @@ def section_context(*, user: Any, project: Project) -> dict[str, Any]:
         "quota_requests": list(quota_request_list(project=project)[:20]),
         "pools": list(project_pools(project=project).values_list("slug", flat=True)),
     }
+
+
+def jobs_waiting_on_members_of(ended_job_ids: list[int]) -> list[tuple[int, int | None]]:
+    """(job id, array id) of the jobs waiting for the GPU limit of the submitters of these
+    ended jobs, in their projects: they may fit now. One query."""
+    if not ended_job_ids:
+        return []
+    ended = Job.objects.filter(pk__in=ended_job_ids)
+    return list(
+        Job.objects.filter(
+            state=JobState.SUBMITTED,
+            applied_at__isnull=True,
+            state_reason=member_limits.MEMBER_LIMIT_REASON,
+            project_id__in=ended.values("project_id"),
+            submitter_id__in=ended.values("submitter_id"),
+        )
+        .order_by("pk")
+        .values_list("pk", "array_id")[:500]
+    )
