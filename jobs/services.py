@@ -14,6 +14,7 @@ from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 from psycopg.errors import DeadlockDetected
 
+from governance.selectors import jobs_waiting_on_members_of
 from jobs import mounts as job_mounts
 from jobs import secret_refs
 from jobs.idempotency import IdempotencyKey, raise_if_already_submitted, record_submission
@@ -96,6 +97,7 @@ def job_transition(
             enqueue_gpu_summary(job.pk)
             if to in NOTIFIED_ENDINGS:
                 enqueue_job_end_notice(job.pk)
+            wake_member_limited([job.pk])
             if getattr(job, "array_id", None):
                 # A finished element frees a slot of its array's parallelism.
                 enqueue_array_reconcile(job.array_id)
@@ -223,6 +225,7 @@ def _transition_chunk(moves: list[Move], *, source: str, reconciled: bool) -> li
                 enqueue_gpu_summary(m.job.pk)
             if str(m.to) in NOTIFIED_ENDINGS:
                 enqueue_job_end_notice(m.job.pk)
+        wake_member_limited([m.job.pk for m in moved if str(m.to) in TERMINAL])
     for m in moved:
         job = m.job
         job.state, job.state_reason, job.state_message = str(m.to), m.reason[:64], m.message
@@ -370,6 +373,17 @@ ARRAY_RECONCILE_TASK = "jobs.tasks.reconcile_array"
 def enqueue_array_reconcile(array_id: int) -> None:
     """Queue one pass over an array (apply held elements, clean up cancelled ones) after commit."""
     transaction.on_commit(lambda: _send(array_id, task=ARRAY_RECONCILE_TASK))
+
+
+def wake_member_limited(ended_job_ids: list[int]) -> None:
+    """Jobs waiting for their submitter's GPU limit (governance) are checked again at once when
+    one of that member's jobs ends, not only at the next resync."""
+    waiting = jobs_waiting_on_members_of(ended_job_ids)
+    for array_id in sorted({array_id for _, array_id in waiting if array_id is not None}):
+        enqueue_array_reconcile(array_id)
+    for job_id, array_id in waiting:
+        if array_id is None:
+            enqueue_reconcile(job_id)
 
 
 GPU_SUMMARY_TASK = "gpumetrics.tasks.summarise_ended_job"

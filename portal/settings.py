@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "credentials",  # secrets and registry logins of projects
     "audit",  # audit trail: who did what
     "notifications",  # e-mail and webhook notifications per user
+    "governance",  # per-member GPU limits, temporary quota requests
 ]
 
 MIDDLEWARE = [
@@ -206,6 +207,11 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "portal.api_errors.PortalAutoSchema",
     "EXCEPTION_HANDLER": "portal.api_errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "portal.throttling.TokenRateThrottle",
+        "portal.throttling.UserRateThrottle",
+        "portal.throttling.AnonRateThrottle",
+    ],
     # Bodies are checked for text PostgreSQL cannot store and for absurd nesting (400, not 500).
     "DEFAULT_PARSER_CLASSES": [
         "portal.api_io.PortalJSONParser",
@@ -303,6 +309,14 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": PORTAL_RESYNC_SECONDS},
     },
 }
+# Temporary quota requests (governance): the furthest end date a project admin may ask for, in
+# days from today; ended requests give their GPUs back at every resync period.
+PORTAL_QUOTA_REQUEST_MAX_DAYS = env.int("PORTAL_QUOTA_REQUEST_MAX_DAYS", default=90)
+CELERY_BEAT_SCHEDULE["end-quota-requests"] = {
+    "task": "governance.tasks.end_quota_requests",
+    "schedule": celery_schedule(PORTAL_RESYNC_SECONDS),
+    "options": {"expires": PORTAL_RESYNC_SECONDS},
+}
 # The small tables the lists join are analysed when they change, even where autovacuum is off.
 PORTAL_ANALYZE_SECONDS = env.float("PORTAL_ANALYZE_SECONDS", default=300.0)
 CELERY_BEAT_SCHEDULE["analyze-small-tables"] = {
@@ -361,6 +375,33 @@ PORTAL_PUBSUB_URL = env.str(
     "PORTAL_PUBSUB_URL",
     default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "",
 )
+# The shared cache (API rate-limit counters): Redis, so every web process counts the same
+# requests; empty = the CELERY_BROKER_URL when it is Redis, else a per-process memory cache (the
+# demo: one process).
+PORTAL_CACHE_URL = env.str(
+    "PORTAL_CACHE_URL",
+    default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "",
+)
+CACHES = {
+    "default": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": PORTAL_CACHE_URL,
+            "KEY_PREFIX": "gpu-portal",
+            # A cache that does not answer must not hang the request (portal/throttling.py then
+            # lets it through).
+            "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+        }
+        if PORTAL_CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+# API rate limits (portal/throttling.py), DRF's syntax: N/s, N/min, N/hour or N/day; "off" = no
+# limit. Per token (each personal token), per user (all their tokens and their session together)
+# and per client IP address for requests without a login. Read at every request.
+PORTAL_API_RATE_TOKEN = env.str("PORTAL_API_RATE_TOKEN", default="600/min")
+PORTAL_API_RATE_USER = env.str("PORTAL_API_RATE_USER", default="1200/min")
+PORTAL_API_RATE_ANON = env.str("PORTAL_API_RATE_ANON", default="60/min")
 # /metrics (Prometheus): with a token, scrapers send "Authorization: Bearer <token>"; without,
 # only loopback callers and staff sessions may read it.
 PORTAL_METRICS_TOKEN = env.str("PORTAL_METRICS_TOKEN", default="")

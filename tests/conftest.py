@@ -168,6 +168,10 @@ def _static_files_from_finders(request):
     settings = request.getfixturevalue("settings")
     settings.WHITENOISE_USE_FINDERS = True
     settings.WHITENOISE_AUTOREFRESH = True
+    # The suite makes many API calls from one address and a few users: no rate limits, except
+    # in the tests of the limits themselves (tests/api/test_rate_limits.py sets them).
+    settings.PORTAL_API_RATE_TOKEN = settings.PORTAL_API_RATE_USER = "off"
+    settings.PORTAL_API_RATE_ANON = "off"
 
 
 @pytest.fixture

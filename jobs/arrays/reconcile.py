@@ -20,12 +20,14 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
+from governance.dispatch import member_limit_gate
+from governance.member_limits import MEMBER_LIMIT_REASON
 from jobs.manifests import build_job_manifests
 from jobs.models import Job, JobArray
 from jobs.reconcile import services as reconcile
 from jobs.reconcile.locking import JobBusy, array_lock, job_locks
 from jobs.selectors import manifest_input_for_job
-from jobs.services import enqueue_array_reconcile
+from jobs.services import enqueue_array_reconcile, job_note_status_many
 from jobs.states import ACTIVE, JobState
 from portal.kube.apply import PermanentKubeError, RetryableKubeError
 
@@ -132,7 +134,15 @@ def _fill_slots(array: JobArray, counts: dict[str, int], deadline: float) -> Non
             reconcile._check_backend(batch[0])  # ResourceNotServed: the task retries
             checked_backend = True
         before = counts["applied"] + counts["rejected"]
-        retry = _apply_batch(batch, counts)
+        # The submitter's GPU limit in the project (governance) may let fewer go.
+        with member_limit_gate(batch[0]) as gate:
+            allowed = gate.copies(len(batch))
+            if allowed == 0:
+                notes = [(j, MEMBER_LIMIT_REASON, gate.message) for j in batch]
+                job_note_status_many(notes)
+                counts["limited"] = len(batch)
+                return
+            retry = _apply_batch(batch[:allowed], counts)
         if retry is not None:
             raise retry
         if counts["applied"] + counts["rejected"] == before:

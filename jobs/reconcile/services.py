@@ -23,6 +23,8 @@ from django.conf import settings
 from django.db.models import Max
 from django.utils import timezone
 
+from governance.dispatch import member_limit_gate
+from governance.member_limits import MEMBER_LIMIT_REASON
 from jobs.manifests import job_selector, object_name, primary_manifest
 from jobs.models import Job
 from jobs.reconcile.locking import JobBusy, job_lock
@@ -358,9 +360,16 @@ def _reconcile_locked(job_id: int) -> str:
         return "held"
     manifests = job_manifests(job)
     if job.applied_at is None:
-        if rejected := _apply(job, manifests):
-            return rejected
-        job_record_applied(job)
+        # The submitter's GPU limit in the project (governance): over it, the job waits here.
+        with member_limit_gate(job) as gate:
+            if waiting := gate.message:
+                job_explain_blocked(job, reason=MEMBER_LIMIT_REASON, message=waiting, source=SOURCE)
+                return "held"
+            if rejected := _apply(job, manifests):
+                return rejected
+            job_record_applied(job)
+        if job.state_reason == MEMBER_LIMIT_REASON:
+            job_note_status(job, reason="", message="")
         return _after_apply(job) or "applied"
     try:
         reading = read_status(job)

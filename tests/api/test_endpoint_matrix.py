@@ -293,6 +293,38 @@ def _audit_event_in_a(p) -> Any:
     return event or record("job.cancel", actor=p.member, project=p.project_a)
 
 
+def _member_limit_in_a(p) -> Any:
+    from governance.models import MemberGpuLimit
+
+    return MemberGpuLimit.objects.get_or_create(
+        project=p.project_a, pool=p.pool, user=p.member, defaults={"max_gpus": 2}
+    )[0]
+
+
+def _quota_request_in_a(p) -> Any:
+    import datetime
+
+    from governance.models import QuotaRequest
+
+    return QuotaRequest.objects.get_or_create(
+        project=p.project_a,
+        pool=p.pool,
+        reason="matrix",
+        defaults={
+            "gpus": 2,
+            "until": datetime.datetime.now(tz=datetime.UTC).date() + datetime.timedelta(days=7),
+            "requester": p.admin,
+        },
+    )[0]
+
+
+def _quota_request_payload(p) -> dict:
+    import datetime
+
+    until = datetime.datetime.now(tz=datetime.UTC).date() + datetime.timedelta(days=7)
+    return {"project": "alpha", "pool": "h100", "gpus": 1, "until": str(until), "reason": "more"}
+
+
 READ_ALL_IN_PROJECT = {"outsider": 404, "viewer": 200, "member": 200, "admin": 200, "staff": 200}
 LIST_OK = dict.fromkeys(PERSONA_NAMES, 200)
 ADMINS_ONLY = {"outsider": 404, "viewer": 403, "member": 403, "admin": 200, "staff": 200}
@@ -451,6 +483,30 @@ CASES: dict[str, Case] = {
         listed=None,
         url_kwargs=lambda p: {"project_slug": p.project_a.slug},
         expect={"list": READ_ALL_IN_PROJECT},
+    ),
+    # Governance: GPU limits per member, temporary quota requests (decided by staff only).
+    "member-limits": Case(
+        target=lambda p: str(_member_limit_in_a(p).pk),
+        listed=lambda p, results: any(r["id"] == _member_limit_in_a(p).pk for r in results),
+        payloads={"create": lambda p: {"project": "alpha", "pool": "h100", "max_gpus": 4}},
+        expect={
+            "list": LIST_OK,
+            "retrieve": READ_ALL_IN_PROJECT,
+            "create": {"outsider": 400, "viewer": 403, "member": 403, "admin": 201, "staff": 201},
+            "destroy": {**ADMINS_ONLY, "admin": 204, "staff": 204},
+        },
+    ),
+    "quota-requests": Case(
+        target=lambda p: str(_quota_request_in_a(p).pk),
+        listed=lambda p, results: any(r["id"] == _quota_request_in_a(p).pk for r in results),
+        payloads={"create": _quota_request_payload, "refuse": lambda p: {"note": "not now"}},
+        expect={
+            "list": LIST_OK,
+            "retrieve": READ_ALL_IN_PROJECT,
+            "create": {"outsider": 400, "viewer": 403, "member": 403, "admin": 201, "staff": 201},
+            "approve": {**ADMINS_ONLY, "admin": 403},
+            "refuse": {**ADMINS_ONLY, "admin": 403},
+        },
     ),
 }
 
