@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "gpumetrics",  # GPU metrics per job
     "volumes",  # data volumes, checkpoints
     "credentials",  # secrets and registry logins of projects
+    "planner",  # start-time forecast, pending advice, right-sizing, quota what-if
 ]
 
 MIDDLEWARE = [
