@@ -196,14 +196,56 @@ class _Run:
         self.generation: dict[str, int] = {}
         self.buckets: dict[tuple, list[tuple]] = {}  # shape → heap of (order, job)
         self.arrivals: list[tuple[float, tuple, SimJob]] = []
+        self.lower: dict[tuple, dict[int, int]] = {}
+        self.released: dict[tuple, int] = {}  # units released so far per constraint
+        self.awake: set[tuple] = set()  # shapes with queued jobs worth trying
+        self.sleeping: dict[tuple, int] = {}  # shape → token of its current sleep
+        self.wait_release: dict[tuple, list[tuple[int, int, tuple]]] = {}
+        self.wait_start: dict[tuple, dict[tuple, int]] = {}  # shape → lower units needed
+        self.token = 0
+        self.woken = False
         self.possible = {
             job.key: any(self.ledger.ever_fits(job, pool) for pool in job.pools)
             for job in snapshot.jobs
         }
 
+    # Running amounts by priority, to tell at once when no preemption can make room.
+    def _index(self, job: SimJob, pool: str, sign: int) -> None:
+        for key in (
+            (pool, job.resource, "project", job.project),
+            (pool, job.resource, "department", job.department),
+        ):
+            by_priority = self.lower.setdefault(key, {})
+            by_priority[job.priority] = by_priority.get(job.priority, 0) + sign * job.amount
+
+    def _lower_than(self, key: tuple, priority: int) -> int:
+        return sum(v for p, v in self.lower.get(key, {}).items() if p < priority)
+
+    def _preemption_could_help(self, job: SimJob, pool: str) -> bool:
+        """An upper bound: whether evicting every lower-priority job of the project and of the
+        department in the pool would make room (False skips the search for victims)."""
+        resource = job.resource
+        own = self._lower_than((pool, resource, "project", job.project), job.priority)
+        department = self._lower_than((pool, resource, "department", job.department), job.priority)
+        if department <= 0:
+            return False
+        ledger = self.ledger
+        key = (job.project, pool, resource)
+        cohort = (job.department, pool, resource)
+        return (
+            ledger.project_use.get(key, 0) + job.amount - ledger.maximum.get(key, 0) <= own
+            and ledger.cohort_use.get(cohort, 0) + job.amount - ledger.cohort_nominal.get(cohort, 0)
+            <= department
+            and ledger.pool_use.get((pool, resource), 0)
+            + job.amount
+            - ledger.capacity.get((pool, resource), 0)
+            <= department
+        )
+
     # jobs in and out
     def _start(self, job: SimJob, pool: str, at: float, duration: float) -> None:
         self.ledger.add(job, pool)
+        self._index(job, pool, 1)
         end = at + max(0.0, duration)
         self.running[job.key] = (job, pool, end)
         generation = self.generation.get(job.key, 0) + 1
@@ -213,34 +255,136 @@ class _Run:
         outcome.start, outcome.end, outcome.pool = at, end, pool
         outcome.borrowed = self.ledger.borrowing(job.project, job.department, pool, job.resource)
         outcome.borrowed = min(outcome.borrowed, job.amount)
+        # A lower-priority job is a new possible victim for the shapes that wait on preemption.
+        waiting = self.wait_start.get((pool, job.resource, job.department))
+        if waiting:
+            key = (pool, job.resource, "department", job.department)
+            lower: dict[int, int] = {}
+            for shape, needed in list(waiting.items()):
+                priority = shape[5]
+                if priority <= job.priority:
+                    continue
+                if priority not in lower:
+                    lower[priority] = self._lower_than(key, priority)
+                if lower[priority] >= needed:
+                    del waiting[shape]
+                    self._wake(shape)
 
     def _stop(self, key: str) -> SimJob:
         job, pool, _ = self.running.pop(key)
         self.ledger.add(job, pool, -1)
+        self._index(job, pool, -1)
+        for released in (
+            ("project", job.project, pool, job.resource),
+            ("cohort", job.department, pool, job.resource),
+            ("pool", pool, job.resource),
+        ):
+            total = self.released.get(released, 0) + job.amount
+            self.released[released] = total
+            waiting = self.wait_release.get(released)
+            while waiting and waiting[0][0] <= total:
+                _, token, shape = heapq.heappop(waiting)
+                if self.sleeping.get(shape) == token:
+                    self._wake(shape)
         return job
 
     def _enqueue(self, job: SimJob) -> None:
         if not self.possible[job.key]:
             return  # can never start: its quota or the pool is too small
-        heapq.heappush(self.buckets.setdefault(_shape(job), []), (_queue_order(job), job))
+        shape = _shape(job)
+        heapq.heappush(self.buckets.setdefault(shape, []), (_queue_order(job), job))
+        if shape not in self.sleeping:
+            self.awake.add(shape)
 
-    # one pass of admissions at time `now`
+    # A shape that failed sleeps until what stopped it can have changed. Use only grows between
+    # releases, so a shape short of s units on one constraint stays short until s units of it
+    # are released; and preemption finds no new victims before a lower-priority job of its
+    # department starts in the pool, or its own project releases quota (which may let it
+    # reclaim). Waking too often is harmless; these are the only ways a failure can change.
+    def _sleep(self, shape: tuple, job: SimJob) -> None:
+        ledger = self.ledger
+        self.token += 1
+        token = self.token
+        self.sleeping[shape] = token
+        self.awake.discard(shape)
+        resource = job.resource
+        project, department, amount = job.project, job.department, job.amount
+        released = self.released
+        preemption = self.snapshot.preemption.enabled
+        for pool in job.pools:
+            project_key = (project, pool, resource)
+            cohort_key = (department, pool, resource)
+            project_short = (
+                ledger.project_use.get(project_key, 0) + amount - ledger.maximum.get(project_key, 0)
+            )
+            cohort_short = (
+                ledger.cohort_use.get(cohort_key, 0)
+                + amount
+                - ledger.cohort_nominal.get(cohort_key, 0)
+            )
+            pool_short = (
+                ledger.pool_use.get((pool, resource), 0)
+                + amount
+                - ledger.capacity.get((pool, resource), 0)
+            )
+            if pool_short >= cohort_short and pool_short >= project_short:
+                key, short = ("pool", pool, resource), pool_short
+            elif cohort_short >= project_short:
+                key, short = ("cohort", department, pool, resource), cohort_short
+            else:
+                key, short = ("project", *project_key), project_short
+            threshold = released.get(key, 0) + max(1, short)
+            heapq.heappush(self.wait_release.setdefault(key, []), (threshold, token, shape))
+            if preemption:
+                # Victims must cover the cohort's and the pool's shortfall at least.
+                needed = max(1, cohort_short, pool_short)
+                self.wait_start.setdefault((pool, resource, department), {})[shape] = needed
+                # Its project's own releases may bring it back within its guarantee, where it
+                # may reclaim what it lent.
+                own = ("project", *project_key)
+                above = (
+                    ledger.project_use.get(project_key, 0)
+                    + amount
+                    - ledger.guaranteed.get(project_key, 0)
+                )
+                if own != key or above < short:
+                    threshold = released.get(own, 0) + max(1, above)
+                    heapq.heappush(self.wait_release.setdefault(own, []), (threshold, token, shape))
+
+    def _wake(self, shape: tuple) -> None:
+        if self.sleeping.pop(shape, None) is not None and self.buckets.get(shape):
+            self.awake.add(shape)
+            self.woken = True
+
+    # passes of admissions at time `now`, until nothing new can be tried
     def _admit(self, now: float) -> None:
-        heads = [(bucket[0][0], shape) for shape, bucket in self.buckets.items() if bucket]
+        self.woken = True
+        while self.woken:
+            self.woken = False
+            self._admit_pass(now)
+
+    def _admit_pass(self, now: float) -> None:
+        heads = [(self.buckets[shape][0][0], shape) for shape in self.awake]
         heapq.heapify(heads)
         while heads:
             _, shape = heapq.heappop(heads)
             bucket = self.buckets[shape]
+            if not bucket or shape in self.sleeping:
+                continue
             job = bucket[0][1]
             pool = next((p for p in job.pools if self.ledger.fits(job, p)), None)
             if pool is None and self.snapshot.preemption.enabled:
                 pool = self._preempt_for(job, now)
             if pool is None:
-                continue  # this shape fails until something ends; the others go on
+                # This shape waits; the others go on (BestEffortFIFO).
+                self._sleep(shape, job)
+                continue
             heapq.heappop(bucket)
             self._start(job, pool, now, job.duration(self.scenario))
             if bucket:
                 heapq.heappush(heads, (bucket[0][0], shape))
+            else:
+                self.awake.discard(shape)
 
     def _victims_in(self, job: SimJob, pool: str) -> list[SimJob]:
         """Candidates in Kueue's order: other projects first, lowest priority, newest start."""
@@ -274,7 +418,7 @@ class _Run:
     def _preempt_for(self, job: SimJob, now: float) -> str | None:
         ledger = self.ledger
         for pool in job.pools:
-            if not ledger.ever_fits(job, pool):
+            if not self._preemption_could_help(job, pool):
                 continue
             candidates = self._victims_in(job, pool)
             if not candidates:
@@ -316,16 +460,21 @@ class _Run:
         now = snapshot.now
         watched = set(stop_when_started)
         for job in snapshot.jobs:
-            if job.started_at is not None and job.running_pool is not None:
-                self.ledger.add(job, job.running_pool)
+            if job.started_at is not None:
+                # Where it runs when the snapshot does not say: the first pool with room.
+                pool = job.running_pool or next(
+                    (p for p in job.pools if self.ledger.fits(job, p)), job.pools[0]
+                )
+                self.ledger.add(job, pool)
+                self._index(job, pool, 1)
                 end = job.started_at + job.duration(self.scenario)
                 # A running job past its expected end ends "any moment now".
                 end = max(end, now)
-                self.running[job.key] = (job, job.running_pool, end)
+                self.running[job.key] = (job, pool, end)
                 self.generation[job.key] = 1
                 heapq.heappush(self.ends, (end, 1, job.key))
                 outcome = self.outcomes[job.key]
-                outcome.start, outcome.end, outcome.pool = job.started_at, end, job.running_pool
+                outcome.start, outcome.end, outcome.pool = job.started_at, end, pool
                 continue
             ready = max(job.submitted_at, job.eligible_at)
             if ready <= now:
