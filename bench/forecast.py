@@ -101,7 +101,7 @@ def seed(running: int, queued: int):
     for user in users:
         for image in IMAGES:
             for gpus in sorted(set(SIZES)):
-                for k in range(10):
+                for _k in range(10):
                     end = now - timedelta(hours=rng.randint(1, 500))
                     job = make(JobState.SUCCEEDED, len(finished), end, end)
                     job._times = (end - timedelta(hours=4), end)
