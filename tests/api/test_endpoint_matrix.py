@@ -297,6 +297,7 @@ def _assert_alpha_guaranteed_5(p, persona: str) -> None:
 
     assert ProjectQuota.objects.get(project=p.project_a, pool=p.pool, resource="gpu").nominal == 5
 
+
 CASES: dict[str, Case] = {
     "projects": Case(
         target=lambda p: p.project_a.slug,
