@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -36,6 +37,8 @@ from gpumetrics.sources import SweepResult, read_prometheus, scrape_exporters
 from jobs.models import Job, JobEvent, JobKind
 from jobs.services import job_record_event
 from jobs.states import TERMINAL, JobState
+from notifications.events import GPU_IDLE
+from notifications.services import notify
 from portal.kube import metrics as kube_metrics
 
 log = logging.getLogger(__name__)
@@ -534,6 +537,7 @@ def check_idle(*, cfg: MetricsConfig | None = None, now: float | None = None) ->
     candidates = (
         Job.objects.filter(state=JobState.RUNNING, gpu_devices__first_seen__lte=since)
         .filter(Q(gpu_summary__isnull=True) | Q(gpu_summary__idle_warned_at__isnull=True))
+        .select_related("project", "submitter")
         .distinct()
     )
     for job in candidates:
@@ -557,8 +561,33 @@ def check_idle(*, cfg: MetricsConfig | None = None, now: float | None = None) ->
                 source=SOURCE,
             )
             JobGpuSummary.objects.filter(pk=summary.pk).update(idle_warned_at=timezone.now())
+            _notify_idle(job, minutes=minutes, threshold=cfg.idle_threshold)
             warned.append(job.pk)
     return warned
+
+
+def _notify_idle(job: Job, *, minutes: int, threshold: float) -> None:
+    """The submitter's idle-GPU message (once per job: dedupe key gpu.idle:<job id>)."""
+    base = settings.PORTAL_BASE_URL.rstrip("/")
+    url = f"{base}/jobs/{job.pk}/" if base else ""
+    text = (
+        f"Job {job.pk} ({job.name}) in project {job.project.slug} has kept its GPUs idle "
+        f"(utilisation below {threshold:g} %) for the last {minutes} minutes. Cancel it if it "
+        "is not doing GPU work, so that others can use them."
+    )
+    notify(
+        GPU_IDLE,
+        user=job.submitter,
+        subject=f"Job {job.pk} ({job.name}): GPUs idle for {minutes} minutes",
+        text=f"{text}\n\n{url}" if url else text,
+        payload={
+            "job": {"id": job.pk, "name": job.name, "project": job.project.slug, "url": url},
+            "idle_minutes": minutes,
+            "threshold_percent": threshold,
+        },
+        dedupe_key=f"{GPU_IDLE}:{job.pk}",
+        project=job.project,
+    )
 
 
 def apply_retention(*, cfg: MetricsConfig | None = None, now: float | None = None) -> dict:

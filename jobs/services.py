@@ -94,6 +94,8 @@ def job_transition(
         publish_job_change(job.pk, to)
         if to in TERMINAL:
             enqueue_gpu_summary(job.pk)
+            if to in NOTIFIED_ENDINGS:
+                enqueue_job_end_notice(job.pk)
             if getattr(job, "array_id", None):
                 # A finished element frees a slot of its array's parallelism.
                 enqueue_array_reconcile(job.array_id)
@@ -219,6 +221,8 @@ def _transition_chunk(moves: list[Move], *, source: str, reconciled: bool) -> li
         for m in moved:
             if str(m.to) in TERMINAL:
                 enqueue_gpu_summary(m.job.pk)
+            if str(m.to) in NOTIFIED_ENDINGS:
+                enqueue_job_end_notice(m.job.pk)
     for m in moved:
         job = m.job
         job.state, job.state_reason, job.state_message = str(m.to), m.reason[:64], m.message
@@ -375,6 +379,17 @@ def enqueue_gpu_summary(job_id: int) -> None:
     """After commit, have the ended job's GPU efficiency summary computed now (the periodic
     maintenance task is the backstop if this message is lost)."""
     transaction.on_commit(lambda: _send(job_id, task=GPU_SUMMARY_TASK))
+
+
+JOB_END_NOTICE_TASK = "notifications.tasks.job_ended"
+# A cancellation is the user's own doing (or an admin's, who says so): no message for it.
+NOTIFIED_ENDINGS = frozenset({JobState.SUCCEEDED, JobState.FAILED})
+
+
+def enqueue_job_end_notice(job_id: int) -> None:
+    """After commit, have the job's submitter told that it ended (notifications app: their
+    e-mail and webhooks, in tasks of their own, so nothing here waits for a slow endpoint)."""
+    transaction.on_commit(lambda: _send(job_id, task=JOB_END_NOTICE_TASK))
 
 
 def _send(job_id: int, task: str = RECONCILE_TASK) -> None:

@@ -65,6 +65,8 @@ INSTALLED_APPS = [
     "gpumetrics",  # GPU metrics per job
     "volumes",  # data volumes, checkpoints
     "credentials",  # secrets and registry logins of projects
+    "audit",  # audit trail: who did what
+    "notifications",  # e-mail and webhook notifications per user
     "planner",  # start-time forecast, pending advice, right-sizing, quota what-if
 ]
 
@@ -81,6 +83,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Source (web/api/cli/admin/sso), request id and address of the audit rows written inside.
+    "audit.middleware.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -308,6 +312,16 @@ CELERY_BEAT_SCHEDULE["analyze-small-tables"] = {
     "options": {"expires": PORTAL_ANALYZE_SECONDS},
 }
 
+# Audit trail: rows older than this many days are deleted once a day (0 = keep forever).
+PORTAL_AUDIT_RETENTION_DAYS = env.int("PORTAL_AUDIT_RETENTION_DAYS", default=400)
+if PORTAL_AUDIT_RETENTION_DAYS < 0:
+    sys.exit("PORTAL_AUDIT_RETENTION_DAYS must be 0 (keep forever) or a number of days.")
+CELERY_BEAT_SCHEDULE["audit-retention"] = {
+    "task": "audit.tasks.purge_expired_events",
+    "schedule": celery_schedule(86400.0),
+    "options": {"expires": 3600.0},
+}
+
 # Quota sync safety: a sync that would delete more than this many owned quota objects AND more
 # than this share of them deletes nothing and tells staff (admin: Quota sync status). A second
 # sync waits this long for the one running before it gives up and retries.
@@ -404,6 +418,56 @@ if env.bool("PORTAL_METRICS_ENABLED", default=True):
         "options": {"expires": PORTAL_METRICS_MAINTAIN_SECONDS},
     }
 # --- end GPU metrics ----------------------------------------------------------------------------
+
+# --- Notifications (notifications app) ---------------------------------------------------------
+# E-mail goes through Django's mail with these SMTP settings. Without EMAIL_HOST the messages are
+# printed to the worker's log (the demo) unless EMAIL_BACKEND says otherwise.
+EMAIL_HOST = env.str("EMAIL_HOST", default="")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)  # STARTTLS, usually port 587
+EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", default=False)  # implicit TLS, usually port 465
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    sys.exit("EMAIL_USE_TLS and EMAIL_USE_SSL are exclusive: set one of them.")
+EMAIL_TIMEOUT = env.float("EMAIL_TIMEOUT", default=10.0)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="GPU Portal <gpu-portal@localhost>")
+EMAIL_BACKEND = env.str(
+    "EMAIL_BACKEND",
+    default="django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_HOST = EMAIL_HOST or "localhost"
+# The portal's public address, for links in messages (e.g. https://gpu.example.org); empty: none.
+PORTAL_BASE_URL = env.str("PORTAL_BASE_URL", default="")
+# A webhook POST gives up after this many seconds (connect, and again for the answer).
+PORTAL_NOTIFY_WEBHOOK_TIMEOUT_SECONDS = env.float(
+    "PORTAL_NOTIFY_WEBHOOK_TIMEOUT_SECONDS", default=5.0
+)
+# Tries per message (e-mail or webhook) and the first retry's delay; each retry waits twice as
+# long as the one before (30 s, 1 min, 2 min, ...; at most an hour).
+PORTAL_NOTIFY_MAX_ATTEMPTS = env.int("PORTAL_NOTIFY_MAX_ATTEMPTS", default=6)
+PORTAL_NOTIFY_RETRY_BASE_SECONDS = env.float("PORTAL_NOTIFY_RETRY_BASE_SECONDS", default=30.0)
+# No storm: after this many messages to one user within the window, what follows in the window is
+# gathered into one digest message per channel, sent when the window ends.
+PORTAL_NOTIFY_DIGEST_THRESHOLD = env.int("PORTAL_NOTIFY_DIGEST_THRESHOLD", default=5)
+PORTAL_NOTIFY_DIGEST_WINDOW_SECONDS = env.float("PORTAL_NOTIFY_DIGEST_WINDOW_SECONDS", default=60.0)
+# A queued job is worth a message after waiting this many minutes (each user can pick another).
+PORTAL_NOTIFY_WAITING_MINUTES = env.int("PORTAL_NOTIFY_WAITING_MINUTES", default=30)
+# Celery queue of the notification tasks; empty = the default queue. With a queue of their own
+# (e.g. "notifications"), run a worker for it: `celery -A portal worker -Q notifications`.
+PORTAL_NOTIFY_QUEUE = env.str("PORTAL_NOTIFY_QUEUE", default="")
+# How often the sweep looks for waiting jobs and for messages a lost task left unsent.
+PORTAL_NOTIFY_SWEEP_SECONDS = env.float("PORTAL_NOTIFY_SWEEP_SECONDS", default=60.0)
+CELERY_BEAT_SCHEDULE["notifications-sweep"] = {
+    "task": "notifications.tasks.sweep",
+    "schedule": celery_schedule(PORTAL_NOTIFY_SWEEP_SECONDS),
+    "options": {"expires": PORTAL_NOTIFY_SWEEP_SECONDS},
+}
+if PORTAL_NOTIFY_QUEUE:
+    CELERY_TASK_ROUTES = {"notifications.tasks.*": {"queue": PORTAL_NOTIFY_QUEUE}}
+# --- end notifications --------------------------------------------------------------------------
 
 # Outages (portal/outage.py): while PostgreSQL or Redis cannot be reached, requests answer 503
 # with this Retry-After (seconds).

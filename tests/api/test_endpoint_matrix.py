@@ -285,6 +285,14 @@ def _assert_template_gone(p, persona: str) -> None:
     assert not JobTemplate.objects.filter(project=p.project_a, name="nightly").exists()
 
 
+def _audit_event_in_a(p) -> Any:
+    from audit.models import AuditEvent
+    from audit.services import record
+
+    event = AuditEvent.objects.filter(project=p.project_a).first()
+    return event or record("job.cancel", actor=p.member, project=p.project_a)
+
+
 READ_ALL_IN_PROJECT = {"outsider": 404, "viewer": 200, "member": 200, "admin": 200, "staff": 200}
 LIST_OK = dict.fromkeys(PERSONA_NAMES, 200)
 ADMINS_ONLY = {"outsider": 404, "viewer": 403, "member": 403, "admin": 200, "staff": 200}
@@ -432,6 +440,12 @@ CASES: dict[str, Case] = {
             "partial_update": _assert_template_renamed,
             "destroy": _assert_template_gone,
         },
+    ),
+    # The audit trail: project admins and staff; the list is narrowed (tests/audit).
+    "audit": Case(
+        target=lambda p: str(_audit_event_in_a(p).pk),
+        listed=None,
+        expect={"list": LIST_OK, "retrieve": {**ADMINS_ONLY, "viewer": 404, "member": 404}},
     ),
     # GPU metrics (gpumetrics): nested under a job and a project.
     "job-metrics": Case(
