@@ -487,6 +487,12 @@ def job_rightsizing(job: Job) -> JobRightsizing | None:
     )
 
 
+def rightsizing_sentence(job: Job) -> str:
+    """'Right-sizing: peak memory … would have fit …' for the job-end message, or ""."""
+    found = job_rightsizing(job)
+    return f"Right-sizing: {found.text}." if found else ""
+
+
 def _sooner(job: Job, suggestion: rightsizing.Suggestion) -> float | None:
     """Replay the job's wait with its own request and with the suggestion; the difference."""
     started = (

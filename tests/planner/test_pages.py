@@ -131,3 +131,34 @@ def test_the_whatif_page_replays_and_applies(personas, web_client_for):
     assert applied.status_code == 302
     assert ProjectQuota.objects.get(project=personas.project_a, resource="gpu").nominal == 10
     assert ProjectQuota.objects.get(project=personas.project_b, resource="gpu").nominal == 2
+
+
+def test_the_job_end_notification_carries_the_right_sizing(personas):
+    from django.utils import timezone
+
+    from gpumetrics.models import JobGpuSummary
+    from notifications.models import Notification
+    from notifications.producers import announce_job_end
+
+    now = timezone.now()
+    done = make_job(
+        personas,
+        name="done",
+        state="succeeded",
+        created=now - timedelta(hours=3),
+        started=now - timedelta(hours=2),
+        ended=now - timedelta(minutes=1),
+        gpus=1,
+    )
+    JobGpuSummary.objects.create(
+        job=done,
+        util_mean=22.0,
+        fb_peak_mib=18 * 1024,
+        fb_total_mib=80 * 1024,
+        gpu_hours=2.0,
+        computed_at=now,
+        final=True,
+    )
+    assert announce_job_end(done.pk)
+    told = Notification.objects.get(user=personas.member)
+    assert "Right-sizing: peak memory 18 GiB of 80 and utilisation 22 %: a 3g.40gb" in told.text
