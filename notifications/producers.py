@@ -24,6 +24,7 @@ from notifications.events import JOB_ENDED, JOB_WAITING, QUOTA_REQUEST_DECIDED
 from notifications.models import Notification, NotificationState, UserSettings
 from notifications.selectors import waiting_minutes
 from notifications.services import dispatch, flush_digest, notify
+from planner.selectors import rightsizing_sentence
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,9 @@ def announce_job_end(job_id: int) -> bool:
     if job.state_message:
         lines.append(job.state_message)
     lines += ["", efficiency_sentence(summary)]
+    rightsizing = rightsizing_sentence(job)  # planner: a smaller request that would have fit
+    if rightsizing:
+        lines.append(rightsizing)
     if tail:
         lines += ["", f"Last {LOG_LINES} log lines:", tail]
     if url := job_url(job.pk):
@@ -127,6 +131,7 @@ def announce_job_end(job_id: int) -> bool:
             "job": _job_facts(job),
             "gpu_efficiency": _json_summary(summary),
             "log_tail": tail,
+            "rightsizing": rightsizing or None,
         },
         dedupe_key=f"{JOB_ENDED}:{job.pk}",
         project=job.project,

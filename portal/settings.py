@@ -68,6 +68,7 @@ INSTALLED_APPS = [
     "audit",  # audit trail: who did what
     "notifications",  # e-mail and webhook notifications per user
     "governance",  # per-member GPU limits, temporary quota requests
+    "planner",  # start-time forecast, pending advice, right-sizing, quota what-if
 ]
 
 MIDDLEWARE = [

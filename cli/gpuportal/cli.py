@@ -405,7 +405,11 @@ def build_job_request(
     metavar="P",
     help="With --array or --sweep: at most P of its jobs at once.",
 )
-@click.option("--dry-run", is_flag=True, help="Validate and print the manifests; store nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Validate and print the manifests and the start forecast; store nothing.",
+)
 @click.option("--wait", "wait_", is_flag=True, help="Block until the job ends; exit 1 if it fails.")
 @click.option(
     "--idempotency-key",
@@ -454,6 +458,7 @@ def submit(
             click.echo(json.dumps(outcome.get("manifests", []), indent=2))
         if not as_json:
             _print_warnings(outcome)
+            _print_forecast(outcome)
         if not outcome.get("valid"):
             if not as_json:
                 for field, messages in (outcome.get("errors") or {}).items():
@@ -485,6 +490,14 @@ def submit(
     if as_json:
         emit_json(final[0])
     sys.exit(EXIT_OK if final[0]["state"] == "succeeded" else EXIT_JOB_FAILED)
+
+
+def _print_forecast(answer: dict[str, Any]) -> None:
+    """When the dry-run job would likely start (on stderr: stdout stays the manifests' JSON)."""
+    forecast = answer.get("forecast")
+    if isinstance(forecast, dict) and forecast.get("text"):
+        where = f" (pool {forecast['pool']})" if forecast.get("pool") else ""
+        click.echo(f"gpuportal: forecast: {forecast['text']}{where}", err=True)
 
 
 def _print_warnings(answer: dict[str, Any]) -> None:

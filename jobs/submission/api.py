@@ -30,6 +30,7 @@ from jobs.services import InvalidTransition, job_cancel, job_submit
 from jobs.states import JobState
 from jobs.submission.filters import JobFilter
 from jobs.validation import BACKENDS, PRIORITIES
+from planner.selectors import forecast_dict
 from portal.api import StrictCharField, TenantScopedViewSet, router
 from portal.api_errors import ApiErrorSerializer
 from portal.api_io import PortalJSONRenderer
@@ -314,6 +315,11 @@ class DryRunSerializer(serializers.Serializer):
     warnings = serializers.ListField(child=serializers.CharField())
     errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
     manifests = serializers.ListField(child=serializers.DictField())
+    forecast = serializers.JSONField(
+        allow_null=True,
+        help_text="When it would likely start: low_seconds, high_seconds (from now; null past "
+        "the horizon), starts_now, possible, pool and a sentence (text). Null when invalid.",
+    )
 
 
 class YamlRenderer(BaseRenderer):
@@ -462,6 +468,8 @@ class JobViewSet(
                 "errors": outcome.validation.errors,
                 "warnings": outcome.warnings,
                 "manifests": outcome.manifests,
+                # When it would likely start (planner): None for an invalid request.
+                "forecast": forecast_dict(outcome.unsaved) if outcome.validation.ok else None,
             }
             return Response(body, status=status.HTTP_200_OK)
         # The stored job as it is in memory (no re-read): its one event is the submission.

@@ -26,6 +26,8 @@ from jobs.submission.forms import (
     initial_from_fields,
 )
 from jobs.validation import validate_job_request
+from planner.selectors import forecast_for_unsaved
+from planner.views import advice_overrides, cancel_replaced, job_planner_context, replaced_job
 from portal.pagination import EstimatedCountPaginator
 from tenants.permissions import WRITER_ROLES, can_write
 from tenants.selectors import project_list_visible_to
@@ -69,6 +71,9 @@ class JobDetailView(LoginRequiredMixin, View):
             "can_write": can_write(request.user, job.project),
             "summary": _summary(job),
         }
+        if not request.htmx:
+            # planner: the forecast and advice of a waiting job, right-sizing of a finished one
+            context["planner"] = job_planner_context(job=job, user=request.user)
         if request.htmx:
             # The live fragments; once finished they come back without their triggers.
             return render(request, "jobs/partials/live.html", context)
@@ -145,7 +150,8 @@ def _initial_for(request) -> dict:
     in the query (the page re-rendered for another project)."""
     if request.GET.get("again", "").isdigit():
         job = _visible_job(request, int(request.GET["again"]))
-        return initial_from_fields(fields_of_job(job))
+        # planner: "submit this instead" changes a few fields of the job it replaces
+        return initial_from_fields(fields_of_job(job) | advice_overrides(request.GET))
     if request.GET.get("template", "").isdigit():
         template = get_object_or_404(
             template_list_visible_to(user=request.user), pk=int(request.GET["template"])
@@ -164,6 +170,8 @@ def _render_submit(request, form, projects, *, save_form=None, status=200):
         "chosen_template": form.initial.get("template"),
         "save_form": save_form or SaveTemplateForm(),
         "no_projects": not projects,
+        # planner: the waiting job this submission would replace (cancelled only if ticked)
+        "replaces": replaced_job(request),
     }
     return render(request, "jobs/submit.html", context, status=status)
 
@@ -195,6 +203,9 @@ class JobSubmitView(LoginRequiredMixin, View):
             form.add_api_errors(exc.message_dict)
             return _render_submit(request, form, projects, status=400)
         messages.success(request, f"Job {outcome.job.name} submitted.")
+        cancelled = cancel_replaced(request)  # planner: only when the user ticked it
+        if cancelled is not None:
+            messages.success(request, f"Job {cancelled.name} cancelled: replaced by this one.")
         for warning in outcome.warnings:
             messages.warning(request, warning)
         return redirect("job-detail", pk=outcome.job.pk)
@@ -254,12 +265,20 @@ class JobSubmitCheckView(LoginRequiredMixin, View):
             pools=facts,
             in_use=in_use,
         )
+        unsaved = None
         if valid:
             outcome = job_submit(actor=request.user, project=project, data=data, dry_run=True)
             if outcome.validation.ok:
                 context["yaml"] = manifests_yaml(outcome.manifests)
+                unsaved = outcome.unsaved
             else:
                 context["errors"] = _labelled(form, outcome.validation.errors)
+        elif result.ok:
+            unsaved = job_submit(
+                actor=request.user, project=project, data=shape, dry_run=True
+            ).unsaved
+        if unsaved is not None:
+            context["forecast"] = forecast_for_unsaved(unsaved)  # planner: when it would start
         return render(request, "jobs/partials/submit_check.html", context)
 
 

@@ -329,6 +329,14 @@ READ_ALL_IN_PROJECT = {"outsider": 404, "viewer": 200, "member": 200, "admin": 2
 LIST_OK = dict.fromkeys(PERSONA_NAMES, 200)
 ADMINS_ONLY = {"outsider": 404, "viewer": 403, "member": 403, "admin": 200, "staff": 200}
 WRITERS = {"outsider": 404, "viewer": 403, "member": 200, "admin": 200, "staff": 200}
+STAFF_ONLY = {"outsider": 403, "viewer": 403, "member": 403, "admin": 403, "staff": 200}
+
+
+def _assert_alpha_guaranteed_5(p, persona: str) -> None:
+    from quotas.models import ProjectQuota
+
+    assert ProjectQuota.objects.get(project=p.project_a, pool=p.pool, resource="gpu").nominal == 5
+
 
 CASES: dict[str, Case] = {
     "projects": Case(
@@ -507,6 +515,29 @@ CASES: dict[str, Case] = {
             "approve": {**ADMINS_ONLY, "admin": 403},
             "refuse": {**ADMINS_ONLY, "admin": 403},
         },
+    ),
+    # The planner: a forecast takes a submission's fields (a viewer may not submit: 403).
+    "forecast": Case(
+        target=lambda p: p.project_a.slug,
+        listed=None,
+        payloads={"list": lambda p: {"project": "alpha", "kind": "single", "gpus": 1}},
+        expect={"list": {**WRITERS, "outsider": 400}},
+    ),
+    "job-advice": Case(
+        target=lambda p: str(_job_in_a(p).pk),
+        listed=None,
+        url_kwargs=lambda p: {"job_pk": str(_job_in_a(p).pk)},
+        expect={"list": READ_ALL_IN_PROJECT},
+    ),
+    "whatif": Case(
+        target=lambda p: p.project_a.slug,
+        listed=None,
+        payloads={
+            "create": lambda p: {},
+            "apply": lambda p: {"quotas": [{"project": "alpha", "pool": "h100", "nominal": 5}]},
+        },
+        expect={"create": STAFF_ONLY, "apply": STAFF_ONLY},
+        after={"apply": _assert_alpha_guaranteed_5},
     ),
 }
 

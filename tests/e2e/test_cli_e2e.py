@@ -184,6 +184,8 @@ def test_dry_run_prints_the_same_manifests_as_the_api(portal, e2e_org):
     )
     assert dry.returncode == EXIT_OK, dry.stderr
     assert json.loads(dry.stdout) == expected
+    # The forecast goes to stderr, so stdout stays the manifests (an empty cluster: now).
+    assert "gpuportal: forecast: now" in dry.stderr
     from jobs.models import Job
 
     assert not Job.objects.filter(name="dry").exists()

@@ -1,0 +1,299 @@
+"""The forward simulation, table-driven: each case is a small cluster, its jobs, and the start
+time (in minutes) each job is expected to get."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner import simulation as sim
+from quotas.arithmetic import DepartmentCap, QuotaEntry
+
+MIN = 60.0
+HIGH_PRIO, NORMAL, LOW_PRIO = 1000, 100, 10
+
+
+def quota(project, nominal, borrowing=0, *, dept="d", pool="h100", resource="gpu"):
+    return QuotaEntry(project, dept, pool, resource, nominal, borrowing)
+
+
+def job(
+    key,
+    project="a",
+    amount=1,
+    *,
+    dept="d",
+    minutes=60,
+    low=None,
+    priority=NORMAL,
+    at=0.0,
+    running_since=None,
+    pool="h100",
+    pools=None,
+    resource="gpu",
+    eligible_at=0.0,
+):
+    running = running_since is not None
+    return sim.SimJob(
+        key=key,
+        project=project,
+        department=dept,
+        pools=tuple(pools or (pool,)),
+        resource=resource,
+        amount=amount,
+        priority=priority,
+        submitted_at=at * MIN,
+        duration_high=minutes * MIN,
+        duration_low=None if low is None else low * MIN,
+        started_at=running_since * MIN if running else None,
+        running_pool=pool if running else None,
+        eligible_at=eligible_at * MIN,
+    )
+
+
+def snapshot(jobs, quotas, capacity=None, *, caps=(), preemption=True, threshold=None, now=0):
+    pools = capacity or {"h100": {"gpu": 8}}
+    return sim.Snapshot(
+        now=now * MIN,
+        pools=tuple(sim.Pool(slug, dict(c)) for slug, c in pools.items()),
+        quotas=tuple(quotas),
+        caps=tuple(caps),
+        jobs=tuple(jobs),
+        preemption=sim.Preemption(enabled=preemption, borrow_threshold=threshold),
+    )
+
+
+def starts(snap, **kwargs):
+    result = sim.simulate(snap, **kwargs)
+    return {
+        key: (None if o.start is None else round(o.start / MIN))
+        for key, o in result.outcomes.items()
+    }
+
+
+CASES = {
+    "a free pool starts everything at once": (
+        [job("x", amount=4), job("y", amount=4, at=1)],
+        [quota("a", 8)],
+        None,
+        {"x": 0, "y": 1},
+    ),
+    "FIFO: the older of two equal jobs goes first": (
+        [
+            job("run", amount=8, running_since=-30, minutes=60),
+            job("late", amount=8, at=-5, minutes=60),
+            job("early", amount=8, at=-10, minutes=60),
+        ],
+        [quota("a", 8)],
+        None,
+        {"run": -30, "early": 30, "late": 90},
+    ),
+    "priority before FIFO": (
+        [
+            job("run", amount=8, running_since=-30, minutes=60, priority=HIGH_PRIO),
+            job("old-normal", amount=8, at=-20, minutes=60),
+            job("new-high", amount=8, at=-1, priority=HIGH_PRIO, minutes=60),
+        ],
+        [quota("a", 8)],
+        None,
+        {"run": -30, "new-high": 30, "old-normal": 90},
+    ),
+    "best effort: a small job passes a big one that does not fit": (
+        [
+            job("run", amount=6, running_since=0, minutes=60),
+            job("big", amount=4, at=1),
+            job("small", amount=2, at=2),
+        ],
+        [quota("a", 8)],
+        None,
+        {"run": 0, "big": 60, "small": 2},
+    ),
+    "gang all-or-nothing: 2 pods x 4 GPUs wait for 8 free, not 6": (
+        [
+            job("run", amount=2, running_since=0, minutes=30),
+            job("gang", amount=8, at=1),
+        ],
+        [quota("a", 8)],
+        None,
+        {"run": 0, "gang": 30},
+    ),
+    "borrowing: idle nominal of the cohort is lent": (
+        [job("x", project="a", amount=8)],
+        [quota("a", 4, None), quota("b", 4)],
+        None,
+        {"x": 0},
+    ),
+    "borrowing limit bounds what is borrowed": (
+        [job("x", project="a", amount=8), job("y", project="a", amount=6, at=1)],
+        [quota("a", 4, 2), quota("b", 4)],
+        None,
+        {"x": None, "y": 1},
+    ),
+    "no borrowing across departments": (
+        [job("x", project="a", amount=8)],
+        [quota("a", 4, None), quota("b", 4, dept="other")],
+        None,
+        {"x": None},
+    ),
+    "a department cap bounds the maximum": (
+        [job("x", project="a", amount=7), job("y", project="a", amount=6, at=1)],
+        [quota("a", 4, None), quota("b", 4)],
+        None,
+        {"x": None, "y": 1},
+    ),
+    "reclaim: the lender takes back its nominal from a lower-priority borrower": (
+        [
+            job("borrower", project="b", amount=8, running_since=0, minutes=120, priority=LOW_PRIO),
+            job("lender", project="a", amount=4, at=10, priority=NORMAL),
+        ],
+        [quota("a", 4, None), quota("b", 4, None)],
+        None,
+        # The borrower is evicted at 10 and starts again when the lender's job ends at 70.
+        {"lender": 10, "borrower": 70},
+    ),
+    "no reclaim from an equal-priority borrower: the lender waits for it to end": (
+        [
+            job("borrower", project="b", amount=8, running_since=0, minutes=120),
+            job("lender", project="a", amount=4, at=10),
+        ],
+        [quota("a", 4, None), quota("b", 4, None)],
+        None,
+        {"borrower": 0, "lender": 120},
+    ),
+    "no reclaim when preemption is off": (
+        [
+            job("borrower", project="b", amount=8, running_since=0, minutes=120, priority=LOW_PRIO),
+            job("lender", project="a", amount=4, at=10),
+        ],
+        [quota("a", 4, None), quota("b", 4, None)],
+        "preemption-off",
+        {"borrower": 0, "lender": 120},
+    ),
+    "within the project a high job preempts a low one": (
+        [
+            job("low", amount=8, running_since=0, minutes=120, priority=LOW_PRIO),
+            job("high", amount=4, at=5, priority=HIGH_PRIO, minutes=30),
+        ],
+        [quota("a", 8)],
+        None,
+        {"high": 5, "low": 35},
+    ),
+    "MIG: slices of a profile are their own resource": (
+        [
+            job("whole", amount=8, running_since=0, minutes=120),
+            job("slice", amount=1, at=1, resource="1g.10gb"),
+            job("slice2", amount=7, at=2, resource="1g.10gb"),
+        ],
+        [quota("a", 8), quota("a", 7, resource="1g.10gb")],
+        {"h100": {"gpu": 8, "1g.10gb": 7}},
+        {"whole": 0, "slice": 1, "slice2": 61},
+    ),
+    "MIG: a profile the project has no quota for never starts": (
+        [job("slice", amount=1, resource="3g.40gb")],
+        [quota("a", 8), quota("a", 7, resource="1g.10gb")],
+        {"h100": {"gpu": 8, "1g.10gb": 7, "3g.40gb": 2}},
+        {"slice": None},
+    ),
+    "eligible pools: the first that fits wins": (
+        [
+            job("run", amount=8, running_since=0, minutes=120, pool="h100"),
+            job("either", amount=2, at=1, pools=("h100", "a100")),
+        ],
+        [quota("a", 8), quota("a", 4, pool="a100")],
+        {"h100": {"gpu": 8}, "a100": {"gpu": 4}},
+        {"run": 0, "either": 1},
+    ),
+    "the pool's capacity bounds an over-subscribed quota": (
+        [job("x", project="a", amount=6), job("y", project="b", amount=6, at=1)],
+        [quota("a", 6), quota("b", 6)],
+        None,
+        {"x": 0, "y": 60},
+    ),
+    "a start window: not before it opens": (
+        [job("later", amount=1, eligible_at=90)],
+        [quota("a", 8)],
+        None,
+        {"later": 90},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_admission_order(name):
+    jobs, quotas, capacity, expected = CASES[name]
+    caps = ()
+    preemption = True
+    if capacity == "preemption-off":
+        capacity, preemption = None, False
+    if name == "a department cap bounds the maximum":
+        caps = (DepartmentCap("d", "h100", "gpu", 6),)
+    got = starts(snapshot(jobs, quotas, capacity, caps=caps, preemption=preemption))
+    assert {k: got[k] for k in expected} == expected
+
+
+def test_a_preempted_job_is_counted_and_requeued():
+    snap = snapshot(
+        [
+            job("borrower", project="b", amount=8, running_since=0, minutes=120, priority=LOW_PRIO),
+            job("lender", project="a", amount=4, at=10),
+        ],
+        [quota("a", 4, None), quota("b", 4, None)],
+    )
+    result = sim.simulate(snap)
+    assert result.outcomes["borrower"].preemptions == 1
+    assert result.outcomes["lender"].borrowed == 0
+
+
+def test_borrowed_units_are_recorded():
+    snap = snapshot([job("x", project="a", amount=6)], [quota("a", 4, None), quota("b", 4)])
+    assert sim.simulate(snap).outcomes["x"].borrowed == 2
+
+
+def test_the_borrow_threshold_protects_a_higher_borrower():
+    # a (4 nominal) asks 6 (borrowing 2): it may evict b's borrowers only up to the threshold.
+    jobs = [
+        job("b-run", project="b", amount=6, running_since=0, minutes=120, priority=NORMAL),
+        job("a-big", project="a", amount=6, at=1, priority=HIGH_PRIO),
+    ]
+    quotas = [quota("a", 4, None), quota("b", 4, None)]
+    protected = starts(snapshot(jobs, quotas, threshold=LOW_PRIO))
+    assert protected["a-big"] == 120
+    allowed = starts(snapshot(jobs, quotas, threshold=NORMAL))
+    assert allowed["a-big"] == 1
+
+
+def test_forecast_range_and_text():
+    jobs = [job("run", amount=8, running_since=-10, minutes=40, low=20)]
+    snap = snapshot(jobs, [quota("a", 8)])
+    probe = job("probe", amount=4)
+    result = sim.forecast(snap, probe)
+    assert (result.low, result.high) == (10 * MIN, 30 * MIN)
+    assert result.text == "likely to start in 10–30 min"
+
+
+def test_forecast_now_and_never_and_beyond_the_horizon():
+    quotas = [quota("a", 8)]
+    assert sim.forecast(snapshot([], quotas), job("p", amount=2)).text == "now"
+    never = sim.forecast(snapshot([], quotas), job("p", amount=16))
+    assert not never.possible
+    assert never.text.startswith("never")
+    busy = snapshot([job("run", amount=8, running_since=0, minutes=48 * 60)], quotas)
+    assert sim.forecast(busy, job("p", amount=2)).text == "not within 24 h at today's load"
+
+
+def test_forecast_of_a_queued_job_counts_the_jobs_ahead():
+    jobs = [
+        job("run", amount=8, running_since=0, minutes=60),
+        job("ahead", amount=8, at=1, minutes=60),
+        job("mine", amount=8, at=2, minutes=60),
+    ]
+    result = sim.forecast(snapshot(jobs, [quota("a", 8)], now=5), jobs[2])
+    assert result.high == (120 - 5) * MIN
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(30, "1 min"), (25 * 60, "25 min"), (3 * 3600, "3 h"), (130 * 60, "2 h 10 min"),
+     (50 * 3600, "2 d 2 h")],
+)  # fmt: skip
+def test_duration_text(seconds, text):
+    assert sim.duration_text(seconds) == text
