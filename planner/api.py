@@ -28,6 +28,7 @@ from jobs.services import job_submit
 from jobs.submission.api import JobCreateSerializer
 from planner import advice, selectors, services
 from portal.api import TenantScopedViewSet, router
+from portal.api_errors import ApiErrorSerializer
 from tenants.models import Project
 
 # The submission's scalar fields, taken from the query string.
@@ -59,7 +60,11 @@ class ForecastViewSet(TenantScopedViewSet):
             OpenApiParameter(name, OpenApiTypes.STR, description=f"As in a job submission: {name}.")
             for name in FORECAST_PARAMETERS
         ],
-        responses={200: OpenApiTypes.OBJECT},
+        responses={
+            200: OpenApiTypes.OBJECT,
+            400: OpenApiResponse(ApiErrorSerializer, description="A field is missing or wrong."),
+            403: OpenApiResponse(ApiErrorSerializer, description="You may not submit here."),
+        },
     )
     def list(self, request):
         """When a job with these fields would likely start (a range), or that it cannot."""
@@ -93,7 +98,10 @@ class JobAdviceViewSet(TenantScopedViewSet):
                 "job_pk", OpenApiTypes.INT, OpenApiParameter.PATH, description="Job id."
             )
         ],
-        responses={200: OpenApiTypes.OBJECT},
+        responses={
+            200: OpenApiTypes.OBJECT,
+            404: OpenApiResponse(ApiErrorSerializer, description="No such job of yours."),
+        },
     )
     def list(self, request, job_pk=None):
         """A waiting job's forecast and the alternatives that would start now or much sooner
@@ -112,7 +120,7 @@ class JobAdviceViewSet(TenantScopedViewSet):
         return "Job advice"
 
 
-class QuotaRowSerializer(serializers.Serializer):
+class ProposedQuotaSerializer(serializers.Serializer):
     project = serializers.CharField(max_length=63)
     pool = serializers.CharField(max_length=40)
     resource = serializers.CharField(max_length=32, required=False, default="gpu")
@@ -125,7 +133,7 @@ class QuotaRowSerializer(serializers.Serializer):
 class WhatIfSerializer(serializers.Serializer):
     start = serializers.DateTimeField(required=False, help_text="Default: 28 days ago.")
     end = serializers.DateTimeField(required=False, help_text="Default: now.")
-    quotas = QuotaRowSerializer(
+    quotas = ProposedQuotaSerializer(
         many=True, required=False, default=list, help_text="Proposed quotas (changed rows)."
     )
 
@@ -146,6 +154,7 @@ class WhatIfViewSet(TenantScopedViewSet):
     """Staff only: every project's jobs are replayed."""
 
     queryset = Project.objects.all()
+    serializer_class = WhatIfSerializer  # also what OPTIONS describes
     project_field = ""
     pagination_class = None
 
@@ -160,7 +169,14 @@ class WhatIfViewSet(TenantScopedViewSet):
         entries = selectors.proposal_entries(data["quotas"])
         return data, entries
 
-    @extend_schema(request=WhatIfSerializer, responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(
+        request=WhatIfSerializer,
+        responses={
+            200: OpenApiTypes.OBJECT,
+            400: OpenApiResponse(ApiErrorSerializer, description="A field is wrong."),
+            403: OpenApiResponse(ApiErrorSerializer, description="Not staff."),
+        },
+    )
     def create(self, request):
         """Replay the period's real jobs under today's quotas and under the proposal; per
         project: median and p90 wait, GPU-hours served, borrowed GPU-hours, preemptions."""
@@ -171,7 +187,11 @@ class WhatIfViewSet(TenantScopedViewSet):
 
     @extend_schema(
         request=WhatIfSerializer,
-        responses={200: OpenApiTypes.OBJECT, 403: OpenApiResponse(description="Not staff.")},
+        responses={
+            200: OpenApiTypes.OBJECT,
+            400: OpenApiResponse(ApiErrorSerializer, description="A field is wrong."),
+            403: OpenApiResponse(ApiErrorSerializer, description="Not staff."),
+        },
     )
     @action(detail=False, methods=["post"])
     def apply(self, request):
