@@ -284,7 +284,11 @@ def report(args, records, starts) -> None:
 
 
 def main() -> int:
-    parser = harness.make_parser(__doc__, short={"jobs": 40, "burst_size": 10, "warmup_runs": 2})
+    parser = harness.make_parser(
+        __doc__,
+        short={"jobs": 40, "burst_size": 10, "warmup_runs": 2},
+        services=("postgres", "redis"),
+    )
     parser.add_argument("--jobs", type=int, default=120)
     parser.add_argument("--speed", type=float, default=6.0)
     parser.add_argument("--burst-size", type=int, default=12)

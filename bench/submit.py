@@ -157,7 +157,9 @@ def direct_rate(count: int, slugs: list[str]) -> float:
 
 
 def main() -> int:
-    parser = harness.make_parser(__doc__, short={"jobs": 50, "projects": 2})
+    parser = harness.make_parser(
+        __doc__, short={"jobs": 50, "projects": 2}, services=("postgres", "redis")
+    )
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--projects", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
