@@ -158,6 +158,11 @@ def render(results: list[dict], machine_text: str, elapsed: float) -> str:
                 f"{row['count']} | {load}{busy} |"
             )
             label = ""
+    took = ", ".join(
+        f"{r['label']} {r['seconds']:.0f} s" for r in results if r.get("seconds") is not None
+    )
+    if took:
+        lines += ["", f"Time per bench (all its runs): {took}."]
     return "\n".join(lines) + "\n"
 
 

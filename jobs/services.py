@@ -758,28 +758,56 @@ def job_record_cluster_event(
     return True
 
 
+POD_FIELDS = (
+    "job",
+    "name",
+    "rank",
+    "node",
+    "phase",
+    "started_at",
+    "finished_at",
+    "gpu_uuids",
+    "gpu_indices",
+    "exit_code",
+    "reason",
+    "message",
+    "restart_count",
+    "deleted",
+    "updated_at",
+)
+
+
 def job_record_pods(*, job_id: int, records: list[Any], present_uids: set[str]) -> None:
     """Upsert the job's JobPod rows from jobs.status.PodRecord values; pods of the job that the
     cluster no longer has are marked deleted (kept: they say where the job ran)."""
-    for record in records:
-        JobPod.objects.update_or_create(
-            uid=record.uid,
-            defaults={
-                "job_id": job_id,
-                "name": record.name,
-                "rank": record.rank,
-                "node": record.node,
-                "phase": record.phase,
-                "started_at": record.started_at,
-                "finished_at": record.finished_at,
-                "gpu_uuids": record.gpu_uuids,
-                "gpu_indices": record.gpu_indices,
-                "exit_code": record.exit_code,
-                "reason": record.reason[:64],
-                "message": record.message,
-                "restart_count": record.restart_count,
-                "deleted": False,
-            },
+    if records:
+        # One INSERT … ON CONFLICT (uid) DO UPDATE for all of them: the watcher writes pods
+        # of many jobs a second, and a transaction with a locking read per pod was most of
+        # its database time.
+        JobPod.objects.bulk_create(
+            [
+                JobPod(
+                    job_id=job_id,
+                    uid=record.uid,
+                    name=record.name,
+                    rank=record.rank,
+                    node=record.node,
+                    phase=record.phase,
+                    started_at=record.started_at,
+                    finished_at=record.finished_at,
+                    gpu_uuids=record.gpu_uuids,
+                    gpu_indices=record.gpu_indices,
+                    exit_code=record.exit_code,
+                    reason=record.reason[:64],
+                    message=record.message,
+                    restart_count=record.restart_count,
+                    deleted=False,
+                )
+                for record in {r.uid: r for r in records}.values()  # one row per uid
+            ],
+            update_conflicts=True,
+            unique_fields=["uid"],
+            update_fields=list(POD_FIELDS),
         )
     JobPod.objects.filter(job_id=job_id, deleted=False).exclude(uid__in=present_uids).update(
         deleted=True
