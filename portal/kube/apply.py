@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-import orjson
 import urllib3
 from django.conf import settings
 from kubernetes.client.exceptions import ApiException
@@ -148,10 +147,10 @@ def decode(data: bytes) -> Any:
     resync pass that was three quarters of the decoding time. Decoded JSON holds no reference
     cycles, so the pause leaves nothing for the collector to find later."""
     if not gc.isenabled():  # paused already (another caller): leave it to that caller
-        return orjson.loads(data)
+        return json.loads(data)
     gc.disable()
     try:
-        return orjson.loads(data)
+        return json.loads(data)
     finally:
         gc.enable()
 
