@@ -14,6 +14,7 @@ from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 from psycopg.errors import DeadlockDetected
 
+from audit import services as audit_services
 from governance.selectors import jobs_waiting_on_members_of
 from jobs import mounts as job_mounts
 from jobs import secret_refs
@@ -645,6 +646,13 @@ def job_submit(
             )
             if idempotency is not None:
                 record_submission(user=actor, key=idempotency, job=job)
+            audit_services.record(
+                "job.submit",
+                actor=actor,
+                target=job,
+                changes=_audited_request(job),
+                detail=f"resumes job {job.resume_from_id}" if job.resume_from_id else "",
+            )
             enqueue_reconcile(job.pk)
     except IntegrityError as exc:
         # Lost a race: with the same Idempotency-Key (answer with the winner's job), or with an
@@ -655,6 +663,21 @@ def job_submit(
         ) from exc
     return SubmitOutcome(
         job=job, validation=result, manifests=[], events=[event], warnings=warnings
+    )
+
+
+def _audited_request(job: Job) -> dict[str, Any]:
+    # What was asked for, without env values or file contents (they may hold secrets).
+    return audit_services.created(
+        {
+            "kind": job.kind,
+            "image": job.image,
+            "gpus": job.gpus,
+            "replicas": job.replicas,
+            "pool": job.pool.slug if job.pool_id else "",
+            "priority": job.priority,
+            "env_names": sorted(job.env) if isinstance(job.env, dict) else [],
+        }
     )
 
 
@@ -685,6 +708,12 @@ def job_cancel(*, actor: Any, job: Job, source: str = "api") -> Job:
                 )
                 Job.objects.filter(pk=job.pk).update(cleanup_pending=True)
                 job.cleanup_pending = True
+                audit_services.record(
+                    "job.cancel",
+                    actor=actor,
+                    target=job,
+                    changes={"state": [current, JobState.CANCELLED]},
+                )
                 enqueue_reconcile(job.pk)
         except StaleTransition:
             continue  # a reconcile moved it between our read and write; read again
