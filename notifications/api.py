@@ -108,7 +108,7 @@ class WebhookSerializer(serializers.ModelSerializer):
 class WebhookCreatedSerializer(WebhookSerializer):
     secret = serializers.CharField(
         read_only=True,
-        help_text="The HMAC-SHA256 key of the X-Portal-Signature header; shown only now.",
+        help_text="The HMAC-SHA256 key of the X-GPU-Portal-Signature header; shown only now.",
     )
 
     class Meta(WebhookSerializer.Meta):
