@@ -556,6 +556,7 @@ def job_submit(
     dry_run: bool = False,
     source: str = "api",
     idempotency: IdempotencyKey | None = None,
+    resubmit_of: Job | None = None,
 ) -> SubmitOutcome:
     """Validate a request and store the job (Submitted), or only render it when dry_run.
 
@@ -647,11 +648,19 @@ def job_submit(
             if idempotency is not None:
                 record_submission(user=actor, key=idempotency, job=job)
             audit_services.record(
-                "job.submit",
+                "job.resubmit" if resubmit_of is not None else "job.submit",
                 actor=actor,
                 target=job,
                 changes=_audited_request(job),
-                detail=f"resumes job {job.resume_from_id}" if job.resume_from_id else "",
+                detail=" ".join(
+                    filter(
+                        None,
+                        [
+                            f"Again of job {resubmit_of.pk}." if resubmit_of is not None else "",
+                            f"Resumes job {job.resume_from_id}." if job.resume_from_id else "",
+                        ],
+                    )
+                ),
             )
             enqueue_reconcile(job.pk)
     except IntegrityError as exc:

@@ -449,7 +449,7 @@ def update_webhook(endpoint: WebhookEndpoint, *, actor: Any, **changes: Any) -> 
     with transaction.atomic():
         endpoint.save()
         record(
-            "webhook.update",
+            "webhook.change",
             actor=actor,
             target=endpoint,
             changes=diff(before, _audited(endpoint)),

@@ -221,7 +221,7 @@ def pool_update(*, actor: Any, pool: GpuPool, **changes: Any) -> GpuPool:
     _raise(pool_conflicts(pool))
     pool.save()
     record(
-        "pool.update", actor=actor, target=pool, changes=diff(before, snapshot(pool, list(changes)))
+        "pool.change", actor=actor, target=pool, changes=diff(before, snapshot(pool, list(changes)))
     )
     audit.info("pool_update actor=%s pool=%s fields=%s", _actor_name(actor), pool.slug, changes)
     return pool
@@ -265,7 +265,7 @@ def quota_set(
     _raise(project_quota_conflicts(quota))
     quota.save()
     record(
-        "quota.set",
+        "quota.create" if before["nominal"] is None else "quota.change",
         actor=actor,
         target=quota,
         project=project,
@@ -330,7 +330,7 @@ def department_quota_set(
     _raise(department_quota_conflicts(cap))
     cap.save()
     record(
-        "department_quota.set",
+        "department_quota.create" if before["limit"] is None else "department_quota.change",
         actor=actor,
         target=cap,
         changes=diff(before, {"limit": limit}),
@@ -401,7 +401,7 @@ def priority_class_update(*, actor: Any, priority: PriorityClass, **changes: Any
     priority.full_clean()
     priority.save()
     record(
-        "priority_class.update",
+        "priority_class.change",
         actor=actor,
         target=priority,
         changes=diff(before, snapshot(priority, list(changes))),

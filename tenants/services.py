@@ -75,7 +75,7 @@ def department_update(*, actor: Any, department: Department, **changes: Any) -> 
     department.full_clean()
     department.save()
     record(
-        "department.update",
+        "department.change",
         actor=actor,
         target=department,
         changes=diff(before, snapshot(department, list(changes))),
@@ -170,7 +170,7 @@ def project_update(*, actor: Any, project: Project, **changes: Any) -> Project:
         raise ValidationError(errors)
     project.save()
     record(
-        "project.update",
+        "project.change",
         actor=actor,
         target=project,
         changes=diff(before, snapshot(project, list(changes))),
@@ -296,7 +296,7 @@ def membership_change_role(*, actor: Any, membership: Membership, role: str) -> 
         membership.role = role
         membership.save(update_fields=["role"])
         record(
-            "membership.role",
+            "membership.change",
             actor=actor,
             target=membership,
             changes={"role": [old_role, role]},

@@ -268,7 +268,7 @@ def volume_update(*, actor: Any, volume: DataVolume, **changes: Any) -> DataVolu
         with transaction.atomic():
             volume.save()
             record(
-                "volume.update",
+                "volume.change",
                 actor=actor,
                 target=volume,
                 changes=diff(before, snapshot(volume, list(changes))),

@@ -164,7 +164,7 @@ def template_update(
         with transaction.atomic():
             template.save(update_fields=["name", "fields", "updated_at"])
             record(
-                "template.update",
+                "template.change",
                 actor=actor,
                 target=template,
                 changes=diff(before, {"name": new_name, "fields": sorted(clean)}),

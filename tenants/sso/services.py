@@ -143,7 +143,11 @@ def sync_group_memberships(*, user: Any, groups: Iterable[str]) -> MembershipCha
             membership.save(update_fields=["role"])
             changes.changed.append(membership.project.slug)
             _record_sso_change(
-                "membership.role", user, membership, membership.project, {"role": [old_role, role]}
+                "membership.change",
+                user,
+                membership,
+                membership.project,
+                {"role": [old_role, role]},
             )
     new_project_ids = [pid for pid in wanted if pid not in existing]
     for mapping_project_id in new_project_ids:

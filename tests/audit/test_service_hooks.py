@@ -268,18 +268,18 @@ CASES = [
     Case("array.submit", "member", "alpha", _array),
     Case("array.cancel", "member", "alpha", _array_cancel, setup=_array),
     Case("array.resubmit_failed", "member", "alpha", _array_resubmit, _array_with_a_failure),
-    Case("quota.set", "staff", "alpha", _quota_set),
+    Case("quota.change", "staff", "alpha", _quota_set),
     Case("quota.delete", "staff", "beta", _quota_delete),
     Case("pool.create", "staff", "", _pool_create),
-    Case("pool.update", "staff", "", _pool_update),
-    Case("department_quota.set", "staff", "", _department_cap),
+    Case("pool.change", "staff", "", _pool_update),
+    Case("department_quota.create", "staff", "", _department_cap),
     Case("membership.add", "admin", "alpha", _membership_add),
-    Case("membership.role", "admin", "alpha", _membership_role),
+    Case("membership.change", "admin", "alpha", _membership_role),
     Case("membership.remove", "admin", "alpha", _membership_remove),
     Case("token.create", "member", "", _token_create),
     Case("token.revoke", "member", "", _token_revoke, setup=_token_create),
     Case("volume.create", "admin", "alpha", _volume),
-    Case("volume.update", "admin", "alpha", _volume_update, setup=_volume),
+    Case("volume.change", "admin", "alpha", _volume_update, setup=_volume),
     Case("volume.delete", "admin", "alpha", _volume_delete, setup=_volume),
     Case("member_limit.set", "admin", "alpha", _member_limit),
     Case("member_limit.delete", "admin", "alpha", _member_limit_delete, setup=_member_limit),
@@ -288,7 +288,7 @@ CASES = [
     Case("quota_request.refuse", "staff", "alpha", _refuse, setup=_quota_request),
     Case("planner.whatif_apply", "staff", "", _whatif_apply),
     Case("webhook.create", "member", "", _webhook),
-    Case("webhook.update", "member", "", _webhook_update, setup=_webhook),
+    Case("webhook.change", "member", "", _webhook_update, setup=_webhook),
     Case("webhook.delete", "member", "", _webhook_delete, setup=_webhook),
     Case("template.create", "member", "alpha", _template),
     Case("template.delete", "member", "alpha", _template_delete, setup=_template),
@@ -318,9 +318,9 @@ def test_each_service_action_writes_one_row(case, personas):
 
 
 def test_changes_carry_old_and_new_values(personas):
-    row = _run(CASES[[c.action for c in CASES].index("quota.set")], personas)
+    row = _run(CASES[[c.action for c in CASES].index("quota.change")], personas)
     assert row.changes == {"nominal": [8, 12]}  # the borrowing limit stayed 4
-    row = _run(CASES[[c.action for c in CASES].index("membership.role")], personas)
+    row = _run(CASES[[c.action for c in CASES].index("membership.change")], personas)
     assert row.changes == {"role": ["member", "viewer"]}
 
 
@@ -402,3 +402,39 @@ def test_credential_writes_are_recorded_without_values(kube):
     }
     assert rows[1].changes == {"keys": [["WANDB_API_KEY"], ["OTHER", "WANDB_API_KEY"]]}
     assert "s3cret" not in "".join(str(r.changes) + r.detail for r in rows)
+
+
+def test_submit_again_from_the_page_is_recorded_as_a_resubmit(personas, web_client_for):
+    job = _submit(personas)
+    client = web_client_for(personas.member)
+    form = client.get(f"/jobs/new/?again={job.pk}").content.decode()
+    assert f'name="again" value="{job.pk}"' in form
+    response = client.post(
+        "/jobs/new/",
+        {
+            "project": "alpha",
+            "name": "train-2",
+            "kind": "single",
+            "image": JOB["image"],
+            "command": "python train.py",
+            "gpus": "1",
+            "priority": "normal",
+            "again": str(job.pk),
+        },
+    )
+    assert response.status_code == 302, response.content[:500]
+    row = AuditEvent.objects.get(action="job.resubmit")
+    assert (row.actor_username, row.source, row.project_slug) == ("bob", "web", "alpha")
+    assert row.detail == f"Again of job {job.pk}."
+
+
+def test_reading_a_credentials_keys_is_recorded(personas, api_client_for):
+    from credentials.models import Credential
+
+    credential = Credential.objects.create(
+        project=personas.project_a, name="hf", kind="secret", keys=["token"]
+    )
+    response = api_client_for(personas.viewer).get(f"/api/v1/credentials/{credential.pk}/")
+    assert response.status_code == 200
+    row = AuditEvent.objects.get(action="credential.read_keys")
+    assert (row.actor_username, row.source, row.target_id) == ("victor", "api", str(credential.pk))
