@@ -14,7 +14,7 @@ from rest_framework.response import Response
 
 from notifications import selectors, services
 from notifications.events import CHANNEL_LABELS, EVENT_LABELS
-from notifications.models import UserSettings, WebhookEndpoint, WebhookFormat
+from notifications.models import Delivery, UserSettings, WebhookEndpoint, WebhookFormat
 from portal.api import OwnerScopedViewSet, StrictCharField, router
 
 MAX_WAITING_MINUTES = 7 * 24 * 60
@@ -164,7 +164,42 @@ class WebhookViewSet(
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class DeliverySerializer(serializers.ModelSerializer):
+    endpoint = serializers.CharField(
+        source="endpoint.name", read_only=True, allow_null=True, default=None
+    )
+
+    class Meta:
+        model = Delivery
+        fields = [
+            "id",
+            "channel",
+            "endpoint",
+            "subject",
+            "digest",
+            "status",
+            "attempts",
+            "response_status",
+            "last_error",
+            "created_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class DeliveryViewSet(OwnerScopedViewSet, mixins.ListModelMixin):
+    """Your last deliveries, newest first: each message sent (or tried) on one channel, with
+    its status, attempts and last error."""
+
+    queryset = Delivery.objects.all()
+    serializer_class = DeliverySerializer
+
+    def shape_queryset(self, queryset):
+        return queryset.select_related("endpoint").order_by("-created_at", "-id")
+
+
 router.register(
     "notifications/settings", NotificationSettingsViewSet, basename="notification-settings"
 )
 router.register("notifications/webhooks", WebhookViewSet, basename="notification-webhooks")
+router.register("notifications/deliveries", DeliveryViewSet, basename="notification-deliveries")

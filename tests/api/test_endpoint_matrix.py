@@ -573,6 +573,11 @@ CASES: dict[str, Case] = {
             "destroy": {**OWNER_ONLY, "member": 204},
         },
     ),
+    "notification-deliveries": Case(
+        target=lambda p: "",
+        listed=None,
+        expect={"list": LIST_OK},
+    ),
     "whatif": Case(
         target=lambda p: p.project_a.slug,
         listed=None,

@@ -156,7 +156,12 @@ def test_a_job_waiting_past_the_limit_is_told_once_with_the_explanation(
 
 @pytest.mark.parametrize("decision", ["approve", "refuse"])
 def test_a_decided_quota_request_mails_the_requester(
-    personas, smtp_server, run_notification_tasks, django_capture_on_commit_callbacks, decision
+    personas,
+    smtp_server,
+    run_notification_tasks,
+    django_capture_on_commit_callbacks,
+    api_client_for,
+    decision,
 ):
     from governance import services
 
@@ -176,6 +181,12 @@ def test_a_decided_quota_request_mails_the_requester(
     assert len(smtp_server.messages) == 1
     recipients, mail = smtp_server.messages[0]
     assert recipients == [personas.admin.email]
+    deliveries = api_client_for(personas.admin).get("/api/v1/notifications/deliveries/").json()
+    assert [(d["channel"], d["status"]) for d in deliveries["results"]] == [("email", "sent")]
+    assert (
+        api_client_for(personas.member).get("/api/v1/notifications/deliveries/").json()["results"]
+        == []
+    )
     word = "approved" if decision == "approve" else "refused"
     assert mail["Subject"].startswith(f"Quota request {word}")
     assert "see the note" in mail.get_payload(decode=True).decode()
