@@ -184,62 +184,117 @@ def _shape(job: SimJob) -> tuple:
     return (job.project, job.department, job.pools, job.resource, job.amount, job.priority)
 
 
+class _Check:
+    """One pool of a shape, with its constraint keys and the use each may be at for it to fit.
+
+    Limits do not change during a run, so "use + amount <= limit" becomes "use <= allowed",
+    worked out once per shape instead of at every try.
+    """
+
+    __slots__ = (
+        "allowed_cohort",
+        "allowed_guarantee",
+        "allowed_pool",
+        "allowed_project",
+        "cohort_key",
+        "pool",
+        "pool_key",
+        "project_key",
+        "start_key",
+    )
+
+    def __init__(self, job: SimJob, pool: str, ledger: _Ledger) -> None:
+        self.pool = pool
+        self.project_key = (job.project, pool, job.resource)
+        self.cohort_key = (job.department, pool, job.resource)
+        self.pool_key = (pool, job.resource)
+        self.allowed_project = ledger.maximum.get(self.project_key, 0) - job.amount
+        self.allowed_cohort = ledger.cohort_nominal.get(self.cohort_key, 0) - job.amount
+        self.allowed_pool = ledger.capacity.get(self.pool_key, 0) - job.amount
+        self.allowed_guarantee = ledger.guaranteed.get(self.project_key, 0) - job.amount
+        self.start_key = (pool, job.resource, job.department)
+
+
+def _push(waits: dict[tuple, list], key: tuple, entry: tuple) -> None:
+    waiting = waits.get(key)
+    if waiting is None:
+        waiting = waits[key] = []
+    heapq.heappush(waiting, entry)
+
+
 class _Run:
-    def __init__(self, snapshot: Snapshot, scenario: str, horizon: float) -> None:
+    def __init__(
+        self, snapshot: Snapshot, scenario: str, horizon: float, *, reference: bool = False
+    ) -> None:
         self.snapshot = snapshot
         self.scenario = scenario
         self.horizon = horizon
+        # The reference run tries every waiting shape at every pass, without the sleeping below:
+        # slow and plainly right, the yardstick of the equivalence tests.
+        self.reference = reference
         self.ledger = _Ledger(snapshot)
         self.outcomes: dict[str, JobOutcome] = {job.key: JobOutcome() for job in snapshot.jobs}
         self.running: dict[str, tuple[SimJob, str, float]] = {}  # key → (job, pool, end)
         self.ends: list[tuple[float, int, str]] = []  # heap of (end, generation, key)
         self.generation: dict[str, int] = {}
         self.buckets: dict[tuple, list[tuple]] = {}  # shape → heap of (order, job)
+        self.checks: dict[tuple, tuple[_Check, ...]] = {}  # shape → its pools' checks
         self.arrivals: list[tuple[float, tuple, SimJob]] = []
         self.lower: dict[tuple, dict[int, int]] = {}
-        self.released: dict[tuple, int] = {}  # units released so far per constraint
+        priorities = sorted({job.priority for job in snapshot.jobs})
+        self.priorities_above = {p: [q for q in priorities if q > p] for p in priorities}
         self.awake: set[tuple] = set()  # shapes with queued jobs worth trying
         self.sleeping: dict[tuple, int] = {}  # shape → token of its current sleep
-        self.wait_release: dict[tuple, list[tuple[int, int, tuple]]] = {}
-        self.wait_start: dict[tuple, dict[tuple, int]] = {}  # shape → lower units needed
+        # Sleeping shapes per constraint: max-heaps of (-allowed use, token, shape).
+        self.wait_project: dict[tuple, list[tuple[int, int, tuple]]] = {}
+        self.wait_cohort: dict[tuple, list[tuple[int, int, tuple]]] = {}
+        self.wait_pool: dict[tuple, list[tuple[int, int, tuple]]] = {}
+        # Preemption: the use by jobs of a shape's priority or higher, per (kind, pool, resource,
+        # project or department, priority); shapes waiting for a lower-priority start (shape →
+        # token); shapes waiting for any change in a pool.
+        self.wait_high: dict[tuple, list[tuple[int, int, tuple]]] = {}
+        self.high_keys: dict[tuple[str, str], set[tuple]] = {}
+        self.wait_start: dict[tuple, dict[tuple, int]] = {}
+        self.wait_any: dict[tuple[str, str], list[tuple[int, tuple]]] = {}
         self.token = 0
-        self.woken = False
+        self.heads: list[tuple[tuple, tuple]] | None = None  # the admission heap, in a pass
         self.possible = {
             job.key: any(self.ledger.ever_fits(job, pool) for pool in job.pools)
             for job in snapshot.jobs
         }
 
-    # Running amounts by priority, to tell at once when no preemption can make room.
+    # Running amounts below each priority that occurs, to tell at once when no preemption can
+    # make room: key → {priority: units of lower priority}.
     def _index(self, job: SimJob, pool: str, sign: int) -> None:
+        above = self.priorities_above[job.priority]
+        amount = sign * job.amount
         for key in (
             (pool, job.resource, "project", job.project),
             (pool, job.resource, "department", job.department),
         ):
-            by_priority = self.lower.setdefault(key, {})
-            by_priority[job.priority] = by_priority.get(job.priority, 0) + sign * job.amount
+            lower = self.lower.get(key)
+            if lower is None:
+                lower = self.lower[key] = dict.fromkeys(self.priorities_above, 0)
+            for priority in above:
+                lower[priority] += amount
 
     def _lower_than(self, key: tuple, priority: int) -> int:
-        return sum(v for p, v in self.lower.get(key, {}).items() if p < priority)
+        lower = self.lower.get(key)
+        return lower[priority] if lower else 0
 
-    def _preemption_could_help(self, job: SimJob, pool: str) -> bool:
+    def _preemption_could_help(self, job: SimJob, check: _Check) -> bool:
         """An upper bound: whether evicting every lower-priority job of the project and of the
         department in the pool would make room (False skips the search for victims)."""
-        resource = job.resource
-        own = self._lower_than((pool, resource, "project", job.project), job.priority)
+        pool, resource = check.pool, job.resource
         department = self._lower_than((pool, resource, "department", job.department), job.priority)
         if department <= 0:
             return False
+        own = self._lower_than((pool, resource, "project", job.project), job.priority)
         ledger = self.ledger
-        key = (job.project, pool, resource)
-        cohort = (job.department, pool, resource)
         return (
-            ledger.project_use.get(key, 0) + job.amount - ledger.maximum.get(key, 0) <= own
-            and ledger.cohort_use.get(cohort, 0) + job.amount - ledger.cohort_nominal.get(cohort, 0)
-            <= department
-            and ledger.pool_use.get((pool, resource), 0)
-            + job.amount
-            - ledger.capacity.get((pool, resource), 0)
-            <= department
+            ledger.project_use.get(check.project_key, 0) - check.allowed_project <= own
+            and ledger.cohort_use.get(check.cohort_key, 0) - check.allowed_cohort <= department
+            and ledger.pool_use.get(check.pool_key, 0) - check.allowed_pool <= department
         )
 
     # jobs in and out
@@ -258,31 +313,42 @@ class _Run:
         # A lower-priority job is a new possible victim for the shapes that wait on preemption.
         waiting = self.wait_start.get((pool, job.resource, job.department))
         if waiting:
-            key = (pool, job.resource, "department", job.department)
-            lower: dict[int, int] = {}
-            for shape, needed in list(waiting.items()):
-                priority = shape[5]
-                if priority <= job.priority:
-                    continue
-                if priority not in lower:
-                    lower[priority] = self._lower_than(key, priority)
-                if lower[priority] >= needed:
+            for shape, token in list(waiting.items()):
+                if shape[5] > job.priority:
                     del waiting[shape]
-                    self._wake(shape)
+                    if self.sleeping.get(shape) == token:
+                        self._wake(shape)
+        if self.wait_any:
+            self._wake_any(pool, job.resource)
 
     def _stop(self, key: str) -> SimJob:
         job, pool, _ = self.running.pop(key)
-        self.ledger.add(job, pool, -1)
+        ledger = self.ledger
+        ledger.add(job, pool, -1)
         self._index(job, pool, -1)
-        for released in (
-            ("project", job.project, pool, job.resource),
-            ("cohort", job.department, pool, job.resource),
-            ("pool", pool, job.resource),
+        # Wake the shapes whose constraint this release satisfies at today's use.
+        resource = job.resource
+        for waits, use, constraint in (
+            (self.wait_project, ledger.project_use, (job.project, pool, resource)),
+            (self.wait_cohort, ledger.cohort_use, (job.department, pool, resource)),
+            (self.wait_pool, ledger.pool_use, (pool, resource)),
         ):
-            total = self.released.get(released, 0) + job.amount
-            self.released[released] = total
-            waiting = self.wait_release.get(released)
-            while waiting and waiting[0][0] <= total:
+            waiting = waits.get(constraint)
+            if not waiting:
+                continue
+            level = use.get(constraint, 0)
+            while waiting and -waiting[0][0] >= level:
+                _, token, shape = heapq.heappop(waiting)
+                if self.sleeping.get(shape) == token:
+                    self._wake(shape)
+        if self.wait_any:
+            self._wake_any(pool, resource)
+        for high_key in self.high_keys.get((pool, resource), ()):
+            waiting = self.wait_high.get(high_key)
+            if not waiting:
+                continue
+            level = self._high_level(high_key)
+            while waiting and -waiting[0][0] >= level:
                 _, token, shape = heapq.heappop(waiting)
                 if self.sleeping.get(shape) == token:
                     self._wake(shape)
@@ -292,99 +358,176 @@ class _Run:
         if not self.possible[job.key]:
             return  # can never start: its quota or the pool is too small
         shape = _shape(job)
-        heapq.heappush(self.buckets.setdefault(shape, []), (_queue_order(job), job))
+        bucket = self.buckets.get(shape)
+        if bucket is None:
+            bucket = self.buckets[shape] = []
+            self.checks[shape] = tuple(_Check(job, pool, self.ledger) for pool in job.pools)
+        order = _queue_order(job)
+        heapq.heappush(bucket, (order, job))
         if shape not in self.sleeping:
             self.awake.add(shape)
+            if self.heads is not None and bucket[0][0] == order:
+                # A preempted job goes back in line at once, in its place in the queue.
+                heapq.heappush(self.heads, (order, shape))
 
-    # A shape that failed sleeps until what stopped it can have changed. Use only grows between
-    # releases, so a shape short of s units on one constraint stays short until s units of it
-    # are released; and preemption finds no new victims before a lower-priority job of its
-    # department starts in the pool, or its own project releases quota (which may let it
-    # reclaim). Waking too often is harmless; these are the only ways a failure can change.
-    def _sleep(self, shape: tuple, job: SimJob) -> None:
+    # A shape that failed sleeps until what stopped it can have changed. Use only falls when a
+    # job stops, so a shape over its limit on one constraint cannot fit before a stop brings
+    # that constraint's use down to what the shape allows. Preemption can make room only when
+    # the use by jobs of the shape's priority or higher (what no eviction frees) is within the
+    # shape's limits, and the department has something of lower priority to evict: the first
+    # falls only when such a job stops, the second starts with a lower-priority start. When
+    # both hold and the search still failed (the victims' projects do not borrow, the
+    # threshold protects them), any start or stop in the pool may change it. Waking too often
+    # is harmless; the equivalence tests check these rules against the reference run.
+    def _sleep(self, shape: tuple) -> None:
         ledger = self.ledger
         self.token += 1
         token = self.token
         self.sleeping[shape] = token
         self.awake.discard(shape)
-        resource = job.resource
-        project, department, amount = job.project, job.department, job.amount
-        released = self.released
+        project_use, cohort_use, pool_use = (
+            ledger.project_use,
+            ledger.cohort_use,
+            ledger.pool_use,
+        )
         preemption = self.snapshot.preemption.enabled
-        for pool in job.pools:
-            project_key = (project, pool, resource)
-            cohort_key = (department, pool, resource)
-            project_short = (
-                ledger.project_use.get(project_key, 0) + amount - ledger.maximum.get(project_key, 0)
-            )
-            cohort_short = (
-                ledger.cohort_use.get(cohort_key, 0)
-                + amount
-                - ledger.cohort_nominal.get(cohort_key, 0)
-            )
-            pool_short = (
-                ledger.pool_use.get((pool, resource), 0)
-                + amount
-                - ledger.capacity.get((pool, resource), 0)
-            )
+        priority = shape[5]
+        for check in self.checks[shape]:
+            project_short = project_use.get(check.project_key, 0) - check.allowed_project
+            cohort_short = cohort_use.get(check.cohort_key, 0) - check.allowed_cohort
+            pool_short = pool_use.get(check.pool_key, 0) - check.allowed_pool
             if pool_short >= cohort_short and pool_short >= project_short:
-                key, short = ("pool", pool, resource), pool_short
+                waits, key, allowed = self.wait_pool, check.pool_key, check.allowed_pool
             elif cohort_short >= project_short:
-                key, short = ("cohort", department, pool, resource), cohort_short
+                waits, key, allowed = self.wait_cohort, check.cohort_key, check.allowed_cohort
             else:
-                key, short = ("project", *project_key), project_short
-            threshold = released.get(key, 0) + max(1, short)
-            heapq.heappush(self.wait_release.setdefault(key, []), (threshold, token, shape))
-            if preemption:
-                # Victims must cover the cohort's and the pool's shortfall at least.
-                needed = max(1, cohort_short, pool_short)
-                self.wait_start.setdefault((pool, resource, department), {})[shape] = needed
-                # Its project's own releases may bring it back within its guarantee, where it
-                # may reclaim what it lent.
-                own = ("project", *project_key)
-                above = (
-                    ledger.project_use.get(project_key, 0)
-                    + amount
-                    - ledger.guaranteed.get(project_key, 0)
-                )
-                if own != key or above < short:
-                    threshold = released.get(own, 0) + max(1, above)
-                    heapq.heappush(self.wait_release.setdefault(own, []), (threshold, token, shape))
+                waits, key, allowed = self.wait_project, check.project_key, check.allowed_project
+            _push(waits, key, (-allowed, token, shape))
+            if not preemption:
+                continue
+            pool, resource, department = check.start_key
+            department_lower = self._lower_than(
+                (pool, resource, "department", department), priority
+            )
+            own_lower = self._lower_than((pool, resource, "project", shape[0]), priority)
+            # What jobs of this priority or higher use (no eviction frees it) above the limits.
+            project_short -= own_lower
+            cohort_short -= department_lower
+            pool_short -= department_lower
+            if project_short > 0 or cohort_short > 0 or pool_short > 0:
+                if pool_short >= cohort_short and pool_short >= project_short:
+                    key, allowed = ("pool", pool, resource, department), check.allowed_pool
+                elif cohort_short >= project_short:
+                    key, allowed = ("cohort", pool, resource, department), check.allowed_cohort
+                else:
+                    key, allowed = ("project", pool, resource, shape[0]), check.allowed_project
+                _push(self.wait_high, (*key, priority), (-allowed, token, shape))
+                self.high_keys.setdefault((pool, resource), set()).add((*key, priority))
+            elif department_lower <= 0:
+                start_waits = self.wait_start.get(check.start_key)
+                if start_waits is None:
+                    start_waits = self.wait_start[check.start_key] = {}
+                start_waits[shape] = token
+            else:
+                self.wait_any.setdefault((pool, resource), []).append((token, shape))
+
+    def _high_level(self, key: tuple) -> int:
+        """The use by jobs of at least the key's priority, on the key's constraint."""
+        kind, pool, resource, name, priority = key
+        ledger = self.ledger
+        if kind == "project":
+            use = ledger.project_use.get((name, pool, resource), 0)
+            return use - self._lower_than((pool, resource, "project", name), priority)
+        lower = self._lower_than((pool, resource, "department", name), priority)
+        if kind == "cohort":
+            return ledger.cohort_use.get((name, pool, resource), 0) - lower
+        return ledger.pool_use.get((pool, resource), 0) - lower
+
+    def _wake_any(self, pool: str, resource: str) -> None:
+        waiting = self.wait_any.pop((pool, resource), None)
+        for token, shape in waiting or ():
+            if self.sleeping.get(shape) == token:
+                self._wake(shape)
 
     def _wake(self, shape: tuple) -> None:
-        if self.sleeping.pop(shape, None) is not None and self.buckets.get(shape):
-            self.awake.add(shape)
-            self.woken = True
-
-    # passes of admissions at time `now`, until nothing new can be tried
-    def _admit(self, now: float) -> None:
-        self.woken = True
-        while self.woken:
-            self.woken = False
-            self._admit_pass(now)
-
-    def _admit_pass(self, now: float) -> None:
-        heads = [(self.buckets[shape][0][0], shape) for shape in self.awake]
-        heapq.heapify(heads)
-        while heads:
-            _, shape = heapq.heappop(heads)
-            bucket = self.buckets[shape]
-            if not bucket or shape in self.sleeping:
-                continue
-            job = bucket[0][1]
-            pool = next((p for p in job.pools if self.ledger.fits(job, p)), None)
-            if pool is None and self.snapshot.preemption.enabled:
-                pool = self._preempt_for(job, now)
-            if pool is None:
-                # This shape waits; the others go on (BestEffortFIFO).
-                self._sleep(shape, job)
-                continue
-            heapq.heappop(bucket)
-            self._start(job, pool, now, job.duration(self.scenario))
+        if self.sleeping.pop(shape, None) is not None:
+            bucket = self.buckets.get(shape)
             if bucket:
-                heapq.heappush(heads, (bucket[0][0], shape))
+                self.awake.add(shape)
+                if self.heads is not None:
+                    heapq.heappush(self.heads, (bucket[0][0], shape))
+
+    def _first_fit(self, shape: tuple) -> str | None:
+        ledger = self.ledger
+        project_use, cohort_use, pool_use = (
+            ledger.project_use,
+            ledger.cohort_use,
+            ledger.pool_use,
+        )
+        for check in self.checks[shape]:
+            if (
+                project_use.get(check.project_key, 0) <= check.allowed_project
+                and cohort_use.get(check.cohort_key, 0) <= check.allowed_cohort
+                and pool_use.get(check.pool_key, 0) <= check.allowed_pool
+            ):
+                return check.pool
+        return None
+
+    # Admissions at time `now`: the queue's first job that can start does, and the search begins
+    # again at the top, until none can. The awake shapes are the only ones worth trying: the
+    # others would fail (see _sleep), and a shape woken by an admission (a new victim for it, a
+    # preemption that freed more than it took) joins the heap at its place in the queue.
+    def _admit(self, now: float) -> None:
+        if self.reference:
+            self._admit_reference(now)
+            return
+        buckets = self.buckets
+        heads = [(buckets[shape][0][0], shape) for shape in self.awake]
+        heapq.heapify(heads)
+        self.heads = heads
+        preemption = self.snapshot.preemption.enabled
+        try:
+            while heads:
+                order, shape = heapq.heappop(heads)
+                bucket = buckets[shape]
+                if not bucket or shape in self.sleeping or bucket[0][0] != order:
+                    continue  # a stale entry: its shape's head has changed or it sleeps
+                job = bucket[0][1]
+                pool = self._first_fit(shape)
+                if pool is None and preemption:
+                    pool = self._preempt_for(job, shape, now)
+                if pool is None:
+                    # This shape waits; the others go on (BestEffortFIFO).
+                    self._sleep(shape)
+                    continue
+                heapq.heappop(bucket)
+                self._start(job, pool, now, job.duration(self.scenario))
+                if bucket:
+                    heapq.heappush(heads, (bucket[0][0], shape))
+                else:
+                    self.awake.discard(shape)
+        finally:
+            self.heads = None
+
+    def _admit_reference(self, now: float) -> None:
+        """The same rule, plainly: scan every waiting shape in queue order, start the first job
+        that can start, scan again from the top."""
+        preemption = self.snapshot.preemption.enabled
+        while True:
+            heads = sorted(
+                (bucket[0][0], shape) for shape, bucket in self.buckets.items() if bucket
+            )
+            for _, shape in heads:
+                job = self.buckets[shape][0][1]
+                pool = self._first_fit(shape)
+                if pool is None and preemption:
+                    pool = self._preempt_for(job, shape, now)
+                if pool is not None:
+                    heapq.heappop(self.buckets[shape])
+                    self._start(job, pool, now, job.duration(self.scenario))
+                    break
             else:
-                self.awake.discard(shape)
+                return
 
     def _victims_in(self, job: SimJob, pool: str) -> list[SimJob]:
         """Candidates in Kueue's order: other projects first, lowest priority, newest start."""
@@ -415,11 +558,12 @@ class _Run:
         )
         return found
 
-    def _preempt_for(self, job: SimJob, now: float) -> str | None:
+    def _preempt_for(self, job: SimJob, shape: tuple, now: float) -> str | None:
         ledger = self.ledger
-        for pool in job.pools:
-            if not self._preemption_could_help(job, pool):
+        for check in self.checks[shape]:
+            if not self._preemption_could_help(job, check):
                 continue
+            pool = check.pool
             candidates = self._victims_in(job, pool)
             if not candidates:
                 continue
@@ -514,13 +658,14 @@ def simulate(
     horizon_seconds: float = 24 * 3600,
     scenario: str = HIGH,
     stop_when_started: Iterable[str] = (),
+    _reference: bool = False,
 ) -> SimulationResult:
     """Every job's predicted start (None past the horizon) under one duration estimate.
 
     With ``stop_when_started`` the run ends as soon as those jobs have started (the forecast of
     one job needs no more).
     """
-    run = _Run(snapshot, scenario, snapshot.now + horizon_seconds)
+    run = _Run(snapshot, scenario, snapshot.now + horizon_seconds, reference=_reference)
     return run.run(stop_when_started)
 
 
