@@ -235,6 +235,8 @@ class _Run:
         self.ledger = _Ledger(snapshot)
         self.outcomes: dict[str, JobOutcome] = {job.key: JobOutcome() for job in snapshot.jobs}
         self.running: dict[str, tuple[SimJob, str, float]] = {}  # key → (job, pool, end)
+        # The running jobs per (pool, resource, department): where victims are looked for.
+        self.running_in: dict[tuple[str, str, str], dict[str, SimJob]] = {}
         self.ends: list[tuple[float, int, str]] = []  # heap of (end, generation, key)
         self.generation: dict[str, int] = {}
         self.buckets: dict[tuple, list[tuple]] = {}  # shape → heap of (order, job)
@@ -245,6 +247,9 @@ class _Run:
         self.priorities_above = {p: [q for q in priorities if q > p] for p in priorities}
         self.awake: set[tuple] = set()  # shapes with queued jobs worth trying
         self.sleeping: dict[tuple, int] = {}  # shape → token of its current sleep
+        # Woken shapes not tried yet: shape → (token, the level entries that woke it, or None
+        # when an event did).
+        self.pending: dict[tuple, tuple[int, list | None]] = {}
         # Sleeping shapes per constraint: max-heaps of (-allowed use, token, shape).
         self.wait_project: dict[tuple, list[tuple[int, int, tuple]]] = {}
         self.wait_cohort: dict[tuple, list[tuple[int, int, tuple]]] = {}
@@ -303,6 +308,7 @@ class _Run:
         self._index(job, pool, 1)
         end = at + max(0.0, duration)
         self.running[job.key] = (job, pool, end)
+        self.running_in.setdefault((pool, job.resource, job.department), {})[job.key] = job
         generation = self.generation.get(job.key, 0) + 1
         self.generation[job.key] = generation
         heapq.heappush(self.ends, (end, generation, job.key))
@@ -316,13 +322,13 @@ class _Run:
             for shape, token in list(waiting.items()):
                 if shape[5] > job.priority:
                     del waiting[shape]
-                    if self.sleeping.get(shape) == token:
-                        self._wake(shape)
+                    self._wake(shape, token)
         if self.wait_any:
             self._wake_any(pool, job.resource)
 
     def _stop(self, key: str) -> SimJob:
         job, pool, _ = self.running.pop(key)
+        del self.running_in[(pool, job.resource, job.department)][key]
         ledger = self.ledger
         ledger.add(job, pool, -1)
         self._index(job, pool, -1)
@@ -338,20 +344,29 @@ class _Run:
                 continue
             level = use.get(constraint, 0)
             while waiting and -waiting[0][0] >= level:
-                _, token, shape = heapq.heappop(waiting)
-                if self.sleeping.get(shape) == token:
-                    self._wake(shape)
+                entry = heapq.heappop(waiting)
+                self._wake(entry[2], entry[1], (waits, use, constraint, entry))
         if self.wait_any:
             self._wake_any(pool, resource)
-        for high_key in self.high_keys.get((pool, resource), ()):
+        # The use by jobs of priority p or higher falls with the end of a job of priority p or
+        # higher: in its project, in its department, and (for the pool's share of a department)
+        # unless it is that department's own lower-priority job.
+        high_keys = self.high_keys
+        priority = job.priority
+        for high_key in (
+            *high_keys.get((pool, resource, job.project), ()),
+            *high_keys.get((pool, resource, job.department), ()),
+            *high_keys.get((pool, resource), ()),
+        ):
+            if high_key[4] > priority and (high_key[0] != "pool" or high_key[3] == job.department):
+                continue
             waiting = self.wait_high.get(high_key)
             if not waiting:
                 continue
             level = self._high_level(high_key)
             while waiting and -waiting[0][0] >= level:
-                _, token, shape = heapq.heappop(waiting)
-                if self.sleeping.get(shape) == token:
-                    self._wake(shape)
+                entry = heapq.heappop(waiting)
+                self._wake(entry[2], entry[1], (self.wait_high, None, high_key, entry))
         return job
 
     def _enqueue(self, job: SimJob) -> None:
@@ -384,6 +399,7 @@ class _Run:
         self.token += 1
         token = self.token
         self.sleeping[shape] = token
+        self.pending.pop(shape, None)
         self.awake.discard(shape)
         project_use, cohort_use, pool_use = (
             ledger.project_use,
@@ -409,6 +425,13 @@ class _Run:
             department_lower = self._lower_than(
                 (pool, resource, "department", department), priority
             )
+            if department_lower <= 0:
+                # Nothing to evict: nothing changes that before a lower-priority start.
+                start_waits = self.wait_start.get(check.start_key)
+                if start_waits is None:
+                    start_waits = self.wait_start[check.start_key] = {}
+                start_waits[shape] = token
+                continue
             own_lower = self._lower_than((pool, resource, "project", shape[0]), priority)
             # What jobs of this priority or higher use (no eviction frees it) above the limits.
             project_short -= own_lower
@@ -417,17 +440,16 @@ class _Run:
             if project_short > 0 or cohort_short > 0 or pool_short > 0:
                 if pool_short >= cohort_short and pool_short >= project_short:
                     key, allowed = ("pool", pool, resource, department), check.allowed_pool
+                    index = (pool, resource)
                 elif cohort_short >= project_short:
                     key, allowed = ("cohort", pool, resource, department), check.allowed_cohort
+                    index = (pool, resource, department)
                 else:
                     key, allowed = ("project", pool, resource, shape[0]), check.allowed_project
-                _push(self.wait_high, (*key, priority), (-allowed, token, shape))
-                self.high_keys.setdefault((pool, resource), set()).add((*key, priority))
-            elif department_lower <= 0:
-                start_waits = self.wait_start.get(check.start_key)
-                if start_waits is None:
-                    start_waits = self.wait_start[check.start_key] = {}
-                start_waits[shape] = token
+                    index = (pool, resource, shape[0])
+                high_key = (*key, priority)
+                _push(self.wait_high, high_key, (-allowed, token, shape))
+                self.high_keys.setdefault(index, set()).add(high_key)
             else:
                 self.wait_any.setdefault((pool, resource), []).append((token, shape))
 
@@ -446,16 +468,44 @@ class _Run:
     def _wake_any(self, pool: str, resource: str) -> None:
         waiting = self.wait_any.pop((pool, resource), None)
         for token, shape in waiting or ():
-            if self.sleeping.get(shape) == token:
-                self._wake(shape)
+            self._wake(shape, token)
 
-    def _wake(self, shape: tuple) -> None:
-        if self.sleeping.pop(shape, None) is not None:
+    def _wake(self, shape: tuple, token: int, reason: tuple | None = None) -> None:
+        """Wake a shape for one of its registrations (``token``). ``reason`` is the level entry
+        that fired; None, an event (a new victim, any change in the pool)."""
+        if self.sleeping.get(shape) == token:
+            del self.sleeping[shape]
             bucket = self.buckets.get(shape)
             if bucket:
                 self.awake.add(shape)
+                self.pending[shape] = (token, None if reason is None else [reason])
                 if self.heads is not None:
                     heapq.heappush(self.heads, (bucket[0][0], shape))
+            return
+        pending = self.pending.get(shape)
+        if pending is not None and pending[0] == token and pending[1] is not None:
+            if reason is None:
+                self.pending[shape] = (token, None)
+            else:
+                pending[1].append(reason)
+
+    def _sleeps_on(self, shape: tuple) -> bool:
+        """Whether a shape woken only by level entries may go back to sleep untried: every entry
+        that fired is unmet again (the first jobs tried took the room), and its other entries
+        still wait in their heaps, so it would fail."""
+        pending = self.pending.pop(shape, None)
+        if pending is None or pending[1] is None:
+            return False
+        token, reasons = pending
+        for _waits, use, key, entry in reasons:
+            level = self._high_level(key) if use is None else use.get(key, 0)
+            if -entry[0] >= level:
+                return False
+        for waits, _use, key, entry in reasons:
+            heapq.heappush(waits[key], entry)
+        self.sleeping[shape] = token
+        self.awake.discard(shape)
+        return True
 
     def _first_fit(self, shape: tuple) -> str | None:
         ledger = self.ledger
@@ -492,6 +542,8 @@ class _Run:
                 bucket = buckets[shape]
                 if not bucket or shape in self.sleeping or bucket[0][0] != order:
                     continue  # a stale entry: its shape's head has changed or it sleeps
+                if self.pending and self._sleeps_on(shape):
+                    continue
                 job = bucket[0][1]
                 pool = self._first_fit(shape)
                 if pool is None and preemption:
@@ -508,6 +560,7 @@ class _Run:
                     self.awake.discard(shape)
         finally:
             self.heads = None
+            self.pending.clear()
 
     def _admit_reference(self, now: float) -> None:
         """The same rule, plainly: scan every waiting shape in queue order, start the first job
@@ -537,9 +590,7 @@ class _Run:
         )
         threshold = self.snapshot.preemption.borrow_threshold
         found = []
-        for other, other_pool, _ in self.running.values():
-            if other_pool != pool or other.resource != job.resource:
-                continue
+        for other in self.running_in.get((pool, job.resource, job.department), {}).values():
             if other.priority >= job.priority:
                 continue
             if other.project != job.project:
@@ -615,6 +666,7 @@ class _Run:
                 # A running job past its expected end ends "any moment now".
                 end = max(end, now)
                 self.running[job.key] = (job, pool, end)
+                self.running_in.setdefault((pool, job.resource, job.department), {})[job.key] = job
                 self.generation[job.key] = 1
                 heapq.heappush(self.ends, (end, 1, job.key))
                 outcome = self.outcomes[job.key]
