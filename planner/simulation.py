@@ -247,13 +247,15 @@ class _Run:
         self.priorities_above = {p: [q for q in priorities if q > p] for p in priorities}
         self.awake: set[tuple] = set()  # shapes with queued jobs worth trying
         self.sleeping: dict[tuple, int] = {}  # shape → token of its current sleep
-        # Woken shapes not tried yet: shape → (token, the level entries that woke it, or None
-        # when an event did).
-        self.pending: dict[tuple, tuple[int, list | None]] = {}
-        # Sleeping shapes per constraint: max-heaps of (-allowed use, token, shape).
-        self.wait_project: dict[tuple, list[tuple[int, int, tuple]]] = {}
-        self.wait_cohort: dict[tuple, list[tuple[int, int, tuple]]] = {}
-        self.wait_pool: dict[tuple, list[tuple[int, int, tuple]]] = {}
+        # Sleeping shapes per constraint (project, cohort, pool) and key, grouped by the use
+        # the constraint must be at for them to fit: {key: {allowed use: heap of (queue order,
+        # token, shape)}}. A release wakes no one at once: it puts forward each satisfied group,
+        # whose first shape is tried at its place in the queue (see _admit).
+        ledger = self.ledger
+        self.uses = (ledger.project_use, ledger.cohort_use, ledger.pool_use)
+        self.groups: tuple[dict[tuple, dict[int, list]], ...] = ({}, {}, {})
+        self.forward: list[tuple[tuple, int, tuple]] = []  # groups put forward between passes
+        self.forwarded: dict[tuple, tuple] = {}  # group → the earliest place it is put forward
         # Preemption: the use by jobs of a shape's priority or higher, per (kind, pool, resource,
         # project or department, priority); shapes waiting for a lower-priority start (shape →
         # token); shapes waiting for any change in a pool.
@@ -262,7 +264,9 @@ class _Run:
         self.wait_start: dict[tuple, dict[tuple, int]] = {}
         self.wait_any: dict[tuple[str, str], list[tuple[int, tuple]]] = {}
         self.token = 0
-        self.heads: list[tuple[tuple, tuple]] | None = None  # the admission heap, in a pass
+        # The admission heap while admitting: (queue order, 0, shape) for a shape to try,
+        # (queue order, 1, group) for a group put forward.
+        self.heads: list[tuple[tuple, int, tuple]] | None = None
         self.possible = {
             job.key: any(self.ledger.ever_fits(job, pool) for pool in job.pools)
             for job in snapshot.jobs
@@ -332,20 +336,20 @@ class _Run:
         ledger = self.ledger
         ledger.add(job, pool, -1)
         self._index(job, pool, -1)
-        # Wake the shapes whose constraint this release satisfies at today's use.
+        # Put forward the groups of sleeping shapes whose constraint this release satisfies.
         resource = job.resource
-        for waits, use, constraint in (
-            (self.wait_project, ledger.project_use, (job.project, pool, resource)),
-            (self.wait_cohort, ledger.cohort_use, (job.department, pool, resource)),
-            (self.wait_pool, ledger.pool_use, (pool, resource)),
+        for kind, constraint in (
+            (0, (job.project, pool, resource)),
+            (1, (job.department, pool, resource)),
+            (2, (pool, resource)),
         ):
-            waiting = waits.get(constraint)
-            if not waiting:
+            groups = self.groups[kind].get(constraint)
+            if not groups:
                 continue
-            level = use.get(constraint, 0)
-            while waiting and -waiting[0][0] >= level:
-                entry = heapq.heappop(waiting)
-                self._wake(entry[2], entry[1], (waits, use, constraint, entry))
+            level = self.uses[kind].get(constraint, 0)
+            for allowed, waiting in groups.items():
+                if allowed >= level and waiting:
+                    self._put_forward(waiting[0][0], (kind, constraint, allowed))
         if self.wait_any:
             self._wake_any(pool, resource)
         # The use by jobs of priority p or higher falls with the end of a job of priority p or
@@ -365,8 +369,8 @@ class _Run:
                 continue
             level = self._high_level(high_key)
             while waiting and -waiting[0][0] >= level:
-                entry = heapq.heappop(waiting)
-                self._wake(entry[2], entry[1], (self.wait_high, None, high_key, entry))
+                _, token, shape = heapq.heappop(waiting)
+                self._wake(shape, token)
         return job
 
     def _enqueue(self, job: SimJob) -> None:
@@ -379,11 +383,17 @@ class _Run:
             self.checks[shape] = tuple(_Check(job, pool, self.ledger) for pool in job.pools)
         order = _queue_order(job)
         heapq.heappush(bucket, (order, job))
-        if shape not in self.sleeping:
-            self.awake.add(shape)
-            if self.heads is not None and bucket[0][0] == order:
-                # A preempted job goes back in line at once, in its place in the queue.
-                heapq.heappush(self.heads, (order, shape))
+        if bucket[0][0] != order:
+            return  # behind the shape's first job: it fits or fails with it
+        token = self.sleeping.get(shape)
+        if token is not None:
+            # Its sleep is filed at its first job's place in the queue, now an earlier one.
+            self._wake(shape, token)
+            return
+        self.awake.add(shape)
+        if self.heads is not None:
+            # A preempted job goes back in line at once, in its place in the queue.
+            heapq.heappush(self.heads, (order, 0, shape))
 
     # A shape that failed sleeps until what stopped it can have changed. Use only falls when a
     # job stops, so a shape over its limit on one constraint cannot fit before a stop brings
@@ -399,8 +409,8 @@ class _Run:
         self.token += 1
         token = self.token
         self.sleeping[shape] = token
-        self.pending.pop(shape, None)
         self.awake.discard(shape)
+        order = self.buckets[shape][0][0]
         project_use, cohort_use, pool_use = (
             ledger.project_use,
             ledger.cohort_use,
@@ -413,12 +423,18 @@ class _Run:
             cohort_short = cohort_use.get(check.cohort_key, 0) - check.allowed_cohort
             pool_short = pool_use.get(check.pool_key, 0) - check.allowed_pool
             if pool_short >= cohort_short and pool_short >= project_short:
-                waits, key, allowed = self.wait_pool, check.pool_key, check.allowed_pool
+                kind, key, allowed = 2, check.pool_key, check.allowed_pool
             elif cohort_short >= project_short:
-                waits, key, allowed = self.wait_cohort, check.cohort_key, check.allowed_cohort
+                kind, key, allowed = 1, check.cohort_key, check.allowed_cohort
             else:
-                waits, key, allowed = self.wait_project, check.project_key, check.allowed_project
-            _push(waits, key, (-allowed, token, shape))
+                kind, key, allowed = 0, check.project_key, check.allowed_project
+            groups = self.groups[kind].get(key)
+            if groups is None:
+                groups = self.groups[kind][key] = {}
+            waiting = groups.get(allowed)
+            if waiting is None:
+                waiting = groups[allowed] = []
+            heapq.heappush(waiting, (order, token, shape))
             if not preemption:
                 continue
             pool, resource, department = check.start_key
@@ -470,42 +486,50 @@ class _Run:
         for token, shape in waiting or ():
             self._wake(shape, token)
 
-    def _wake(self, shape: tuple, token: int, reason: tuple | None = None) -> None:
-        """Wake a shape for one of its registrations (``token``). ``reason`` is the level entry
-        that fired; None, an event (a new victim, any change in the pool)."""
-        if self.sleeping.get(shape) == token:
-            del self.sleeping[shape]
-            bucket = self.buckets.get(shape)
-            if bucket:
-                self.awake.add(shape)
-                self.pending[shape] = (token, None if reason is None else [reason])
-                if self.heads is not None:
-                    heapq.heappush(self.heads, (bucket[0][0], shape))
+    def _wake(self, shape: tuple, token: int) -> None:
+        """Wake a shape for one of its registrations (``token``; older ones are stale)."""
+        if self.sleeping.get(shape) != token:
             return
-        pending = self.pending.get(shape)
-        if pending is not None and pending[0] == token and pending[1] is not None:
-            if reason is None:
-                self.pending[shape] = (token, None)
-            else:
-                pending[1].append(reason)
+        del self.sleeping[shape]
+        bucket = self.buckets.get(shape)
+        if bucket:
+            self.awake.add(shape)
+            if self.heads is not None:
+                heapq.heappush(self.heads, (bucket[0][0], 0, shape))
 
-    def _sleeps_on(self, shape: tuple) -> bool:
-        """Whether a shape woken only by level entries may go back to sleep untried: every entry
-        that fired is unmet again (the first jobs tried took the room), and its other entries
-        still wait in their heaps, so it would fail."""
-        pending = self.pending.pop(shape, None)
-        if pending is None or pending[1] is None:
-            return False
-        token, reasons = pending
-        for _waits, use, key, entry in reasons:
-            level = self._high_level(key) if use is None else use.get(key, 0)
-            if -entry[0] >= level:
-                return False
-        for waits, _use, key, entry in reasons:
-            heapq.heappush(waits[key], entry)
-        self.sleeping[shape] = token
-        self.awake.discard(shape)
-        return True
+    def _put_forward(self, order: tuple, group: tuple) -> None:
+        # Once is enough: a group already put forward at this place or earlier gets its turn.
+        forwarded = self.forwarded.get(group)
+        if forwarded is not None and forwarded <= order:
+            return
+        self.forwarded[group] = order
+        if self.heads is not None:
+            heapq.heappush(self.heads, (order, 1, group))
+        else:
+            self.forward.append((order, 1, group))
+
+    def _group_turn(self, order: tuple, group: tuple) -> None:
+        """A group put forward reaches its place in the queue: wake its first shape if the
+        constraint still allows it (the shapes before it may have taken the room; then the
+        group waits for the next release)."""
+        if self.forwarded.get(group) == order:
+            del self.forwarded[group]
+        kind, key, allowed = group
+        waiting = self.groups[kind][key].get(allowed)
+        sleeping = self.sleeping
+        while waiting and sleeping.get(waiting[0][2]) != waiting[0][1]:
+            heapq.heappop(waiting)  # stale: the shape was woken by another registration
+        if not waiting:
+            return
+        if waiting[0][0] != order:
+            self._put_forward(waiting[0][0], group)  # its first shape changed
+            return
+        if self.uses[kind].get(key, 0) > allowed:
+            return
+        _, token, shape = heapq.heappop(waiting)
+        self._wake(shape, token)
+        if waiting:
+            self._put_forward(waiting[0][0], group)
 
     def _first_fit(self, shape: tuple) -> str | None:
         ledger = self.ledger
@@ -532,18 +556,22 @@ class _Run:
             self._admit_reference(now)
             return
         buckets = self.buckets
-        heads = [(buckets[shape][0][0], shape) for shape in self.awake]
+        heads = [(buckets[shape][0][0], 0, shape) for shape in self.awake]
+        heads.extend(self.forward)
+        self.forward = []
         heapq.heapify(heads)
         self.heads = heads
         preemption = self.snapshot.preemption.enabled
         try:
             while heads:
-                order, shape = heapq.heappop(heads)
+                order, kind, item = heapq.heappop(heads)
+                if kind:
+                    self._group_turn(order, item)
+                    continue
+                shape = item
                 bucket = buckets[shape]
                 if not bucket or shape in self.sleeping or bucket[0][0] != order:
                     continue  # a stale entry: its shape's head has changed or it sleeps
-                if self.pending and self._sleeps_on(shape):
-                    continue
                 job = bucket[0][1]
                 pool = self._first_fit(shape)
                 if pool is None and preemption:
@@ -555,12 +583,12 @@ class _Run:
                 heapq.heappop(bucket)
                 self._start(job, pool, now, job.duration(self.scenario))
                 if bucket:
-                    heapq.heappush(heads, (bucket[0][0], shape))
+                    heapq.heappush(heads, (bucket[0][0], 0, shape))
                 else:
                     self.awake.discard(shape)
         finally:
             self.heads = None
-            self.pending.clear()
+            self.forwarded.clear()
 
     def _admit_reference(self, now: float) -> None:
         """The same rule, plainly: scan every waiting shape in queue order, start the first job
