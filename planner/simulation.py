@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from quotas import arithmetic
 from quotas.arithmetic import DepartmentCap, QuotaEntry
@@ -820,6 +820,46 @@ def forecast(snapshot: Snapshot, probe: SimJob, *, horizon_seconds: float = 24 *
     ledger = _Ledger(with_probe)
     possible = any(ledger.ever_fits(probe, p) for p in probe.pools)
     return Forecast(low=low, high=high, horizon=horizon_seconds, possible=possible, pool=pool)
+
+
+def earliest_free_start(
+    snapshot: Snapshot, probe: SimJob, *, horizon_seconds: float = 24 * 3600
+) -> float | None:
+    """A later start window: seconds from now from which ``probe`` (its request), submitted
+    then, would start at once, with the queue as the conservative estimate drains it. None when
+    not within the horizon.
+
+    The candidate times are the expected ends of the other jobs; the first that works is found
+    by bisection (once the queue ahead has drained it stays drained, short of new submissions).
+    """
+    others = tuple(job for job in snapshot.jobs if job.key != probe.key)
+    base = replace(snapshot, jobs=others)
+    limit = snapshot.now + horizon_seconds
+    ends = simulate(base, horizon_seconds=horizon_seconds, scenario=HIGH).outcomes.values()
+    later = {o.end for o in ends if o.end is not None and snapshot.now < o.end <= limit}
+    candidates = [snapshot.now, *sorted(later)]
+
+    def starts_at_once(at: float) -> bool:
+        moved = replace(probe, submitted_at=at, eligible_at=at, started_at=None, running_pool=None)
+        result = simulate(
+            replace(base, jobs=(*others, moved)),
+            horizon_seconds=horizon_seconds,
+            scenario=HIGH,
+            stop_when_started=(probe.key,),
+        )
+        start = result.start(probe.key)
+        return start is not None and start - at <= NOW_SECONDS
+
+    low, high = 0, len(candidates) - 1
+    if not starts_at_once(candidates[high]):
+        return None
+    while low < high:
+        middle = (low + high) // 2
+        if starts_at_once(candidates[middle]):
+            high = middle
+        else:
+            low = middle + 1
+    return candidates[low] - snapshot.now
 
 
 def duration_text(seconds: float) -> str:

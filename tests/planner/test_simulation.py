@@ -382,3 +382,18 @@ def test_preemption_made_possible_by_an_end_is_not_missed():
     quotas = [quota("a", 4), quota("b", 2, dept="e")]
     got = starts(snapshot(jobs, quotas, {"h100": {"gpu": 4}}))
     assert got["high"] == 10
+
+
+def test_a_later_start_window_is_when_the_queue_ahead_has_drained():
+    jobs = [
+        job("run", amount=8, running_since=0, minutes=60),
+        job("ahead", amount=4, at=1, minutes=30),
+        job("mine", amount=4, at=2, minutes=30),
+    ]
+    snap = snapshot(jobs, [quota("a", 8)], now=5)
+    # "ahead" and "mine" both start at 60 ("ahead" ends at 90): submitted at 60 or later, a
+    # 4-GPU request starts at once; a 6-GPU one must wait for "ahead" to end.
+    assert sim.earliest_free_start(snap, jobs[2]) == (60 - 5) * MIN
+    big = job("mine", amount=6, at=2, minutes=30)
+    assert sim.earliest_free_start(snap, big) == (90 - 5) * MIN
+    assert sim.earliest_free_start(snap, job("mine", amount=16)) is None
