@@ -98,7 +98,7 @@ class Snapshot:
     preemption: Preemption = field(default_factory=Preemption)
 
 
-@dataclass
+@dataclass(slots=True)
 class JobOutcome:
     start: float | None = None  # None: not within the horizon
     end: float | None = None
@@ -260,32 +260,69 @@ class _Run:
         # project or department, priority); shapes waiting for a lower-priority start (shape →
         # token); shapes waiting for any change in a pool.
         self.wait_high: dict[tuple, list[tuple[int, int, tuple]]] = {}
-        self.high_keys: dict[tuple[str, str], set[tuple]] = {}
+        # The keys of wait_high by what a stop must look at: its project's (kind 0), its
+        # department's (1), its pool's (2), under the stopped job's keys (see _keys).
+        self.high_keys: tuple[dict[tuple, set[tuple]], ...] = ({}, {}, {})
         self.wait_start: dict[tuple, dict[tuple, int]] = {}
         self.wait_any: dict[tuple[str, str], list[tuple[int, tuple]]] = {}
         self.token = 0
         # The admission heap while admitting: (queue order, 0, shape) for a shape to try,
         # (queue order, 1, group) for a group put forward.
         self.heads: list[tuple[tuple, int, tuple]] | None = None
-        self.possible = {
-            job.key: any(self.ledger.ever_fits(job, pool) for pool in job.pools)
-            for job in snapshot.jobs
-        }
+        # Whether each job can ever start (its quota, cohort and pool are large enough), worked
+        # out once per kind of request.
+        fits_ever: dict[tuple, bool] = {}
+        self.possible: dict[str, bool] = {}
+        for job in snapshot.jobs:
+            kind = (job.project, job.department, job.pools, job.resource, job.amount)
+            possible = fits_ever.get(kind)
+            if possible is None:
+                possible = fits_ever[kind] = any(
+                    self.ledger.ever_fits(job, pool) for pool in job.pools
+                )
+            self.possible[job.key] = possible
+        self.job_keys: dict[str, tuple] = {}  # job key → its pool and keys there (see _move)
 
-    # Running amounts below each priority that occurs, to tell at once when no preemption can
-    # make room: key → {priority: units of lower priority}.
-    def _index(self, job: SimJob, pool: str, sign: int) -> None:
-        above = self.priorities_above[job.priority]
+    def _keys(self, job: SimJob, pool: str) -> tuple:
+        """The job's keys in a pool (built once per job and pool): project, cohort and pool use,
+        the lower-priority sums of its project and department, and its running_in key."""
+        keys = self.job_keys.get(job.key)
+        if keys is None or keys[0] != pool:
+            resource = job.resource
+            keys = self.job_keys[job.key] = (
+                pool,
+                (job.project, pool, resource),
+                (job.department, pool, resource),
+                (pool, resource),
+                (pool, resource, "project", job.project),
+                (pool, resource, "department", job.department),
+                (pool, resource, job.department),
+            )
+        return keys
+
+    def _move(self, job: SimJob, pool: str, sign: int) -> tuple:
+        """A job starts (sign 1) or stops (-1) in a pool: the use and the lower-priority sums;
+        its keys."""
+        keys = self.job_keys.get(job.key)
+        if keys is None or keys[0] != pool:
+            keys = self._keys(job, pool)
+        _, project_key, cohort_key, pool_key, project_lower, department_lower, _ = keys
         amount = sign * job.amount
-        for key in (
-            (pool, job.resource, "project", job.project),
-            (pool, job.resource, "department", job.department),
-        ):
-            lower = self.lower.get(key)
-            if lower is None:
-                lower = self.lower[key] = dict.fromkeys(self.priorities_above, 0)
-            for priority in above:
-                lower[priority] += amount
+        ledger = self.ledger
+        ledger.project_use[project_key] = ledger.project_use.get(project_key, 0) + amount
+        ledger.cohort_use[cohort_key] = ledger.cohort_use.get(cohort_key, 0) + amount
+        ledger.pool_use[pool_key] = ledger.pool_use.get(pool_key, 0) + amount
+        # Running amounts below each priority that occurs, to tell at once when no preemption
+        # can make room: key → {priority: units of lower priority}.
+        above = self.priorities_above[job.priority]
+        if above:
+            for key in (project_lower, department_lower):
+                lower = self.lower.get(key)
+                if lower is None:
+                    lower = self.lower[key] = dict.fromkeys(self.priorities_above, 0)
+                for priority in above:
+                    lower[priority] += amount
+        return keys
 
     def _lower_than(self, key: tuple, priority: int) -> int:
         lower = self.lower.get(key)
@@ -308,20 +345,23 @@ class _Run:
 
     # jobs in and out
     def _start(self, job: SimJob, pool: str, at: float, duration: float) -> None:
-        self.ledger.add(job, pool)
-        self._index(job, pool, 1)
+        keys = self._move(job, pool, 1)
         end = at + max(0.0, duration)
         self.running[job.key] = (job, pool, end)
-        self.running_in.setdefault((pool, job.resource, job.department), {})[job.key] = job
+        running_in = self.running_in.get(keys[6])
+        if running_in is None:
+            running_in = self.running_in[keys[6]] = {}
+        running_in[job.key] = job
         generation = self.generation.get(job.key, 0) + 1
         self.generation[job.key] = generation
         heapq.heappush(self.ends, (end, generation, job.key))
         outcome = self.outcomes[job.key]
         outcome.start, outcome.end, outcome.pool = at, end, pool
-        outcome.borrowed = self.ledger.borrowing(job.project, job.department, pool, job.resource)
-        outcome.borrowed = min(outcome.borrowed, job.amount)
+        ledger = self.ledger
+        borrowed = ledger.project_use[keys[1]] - ledger.guaranteed.get(keys[1], 0)
+        outcome.borrowed = min(max(0, borrowed), job.amount)
         # A lower-priority job is a new possible victim for the shapes that wait on preemption.
-        waiting = self.wait_start.get((pool, job.resource, job.department))
+        waiting = self.wait_start.get(keys[6])
         if waiting:
             for shape, token in list(waiting.items()):
                 if shape[5] > job.priority:
@@ -332,17 +372,11 @@ class _Run:
 
     def _stop(self, key: str) -> SimJob:
         job, pool, _ = self.running.pop(key)
-        del self.running_in[(pool, job.resource, job.department)][key]
-        ledger = self.ledger
-        ledger.add(job, pool, -1)
-        self._index(job, pool, -1)
+        keys = self._move(job, pool, -1)
+        del self.running_in[keys[6]][key]
         # Put forward the groups of sleeping shapes whose constraint this release satisfies.
         resource = job.resource
-        for kind, constraint in (
-            (0, (job.project, pool, resource)),
-            (1, (job.department, pool, resource)),
-            (2, (pool, resource)),
-        ):
+        for kind, constraint in ((0, keys[1]), (1, keys[2]), (2, keys[3])):
             groups = self.groups[kind].get(constraint)
             if not groups:
                 continue
@@ -355,22 +389,21 @@ class _Run:
         # The use by jobs of priority p or higher falls with the end of a job of priority p or
         # higher: in its project, in its department, and (for the pool's share of a department)
         # unless it is that department's own lower-priority job.
-        high_keys = self.high_keys
         priority = job.priority
-        for high_key in (
-            *high_keys.get((pool, resource, job.project), ()),
-            *high_keys.get((pool, resource, job.department), ()),
-            *high_keys.get((pool, resource), ()),
-        ):
-            if high_key[4] > priority and (high_key[0] != "pool" or high_key[3] == job.department):
+        for by, index in enumerate(keys[1:4]):
+            high_keys = self.high_keys[by].get(index)
+            if not high_keys:
                 continue
-            waiting = self.wait_high.get(high_key)
-            if not waiting:
-                continue
-            level = self._high_level(high_key)
-            while waiting and -waiting[0][0] >= level:
-                _, token, shape = heapq.heappop(waiting)
-                self._wake(shape, token)
+            for high_key in high_keys:
+                if high_key[4] > priority and (by < 2 or high_key[3] == job.department):
+                    continue
+                waiting = self.wait_high.get(high_key)
+                if not waiting:
+                    continue
+                level = self._high_level(high_key)
+                while waiting and -waiting[0][0] >= level:
+                    _, token, shape = heapq.heappop(waiting)
+                    self._wake(shape, token)
         return job
 
     def _enqueue(self, job: SimJob) -> None:
@@ -456,16 +489,16 @@ class _Run:
             if project_short > 0 or cohort_short > 0 or pool_short > 0:
                 if pool_short >= cohort_short and pool_short >= project_short:
                     key, allowed = ("pool", pool, resource, department), check.allowed_pool
-                    index = (pool, resource)
+                    by, index = 2, check.pool_key
                 elif cohort_short >= project_short:
                     key, allowed = ("cohort", pool, resource, department), check.allowed_cohort
-                    index = (pool, resource, department)
+                    by, index = 1, check.cohort_key
                 else:
                     key, allowed = ("project", pool, resource, shape[0]), check.allowed_project
-                    index = (pool, resource, shape[0])
+                    by, index = 0, check.project_key
                 high_key = (*key, priority)
                 _push(self.wait_high, high_key, (-allowed, token, shape))
-                self.high_keys.setdefault(index, set()).add(high_key)
+                self.high_keys[by].setdefault(index, set()).add(high_key)
             else:
                 self.wait_any.setdefault((pool, resource), []).append((token, shape))
 
@@ -688,13 +721,12 @@ class _Run:
                 pool = job.running_pool or next(
                     (p for p in job.pools if self.ledger.fits(job, p)), job.pools[0]
                 )
-                self.ledger.add(job, pool)
-                self._index(job, pool, 1)
+                keys = self._move(job, pool, 1)
                 end = job.started_at + job.duration(self.scenario)
                 # A running job past its expected end ends "any moment now".
                 end = max(end, now)
                 self.running[job.key] = (job, pool, end)
-                self.running_in.setdefault((pool, job.resource, job.department), {})[job.key] = job
+                self.running_in.setdefault(keys[6], {})[job.key] = job
                 self.generation[job.key] = 1
                 heapq.heappush(self.ends, (end, 1, job.key))
                 outcome = self.outcomes[job.key]
