@@ -671,45 +671,64 @@ class _Run:
         return found
 
     def _preempt_for(self, job: SimJob, shape: tuple, now: float) -> str | None:
-        ledger = self.ledger
+        """Evict what the job needs in the first pool where that is enough; that pool."""
         for check in self.checks[shape]:
-            if not self._preemption_could_help(job, check):
-                continue
-            pool = check.pool
-            candidates = self._victims_in(job, pool)
-            if not candidates:
-                continue
-            removed: list[tuple[SimJob, str]] = []
-            for victim in candidates:
-                if victim.project != job.project and not ledger.borrowing(
-                    victim.project, victim.department, pool, victim.resource
-                ):
-                    continue  # its project is back within its guarantee: not a reclaim target
-                ledger.add(victim, pool, -1)
-                removed.append((victim, pool))
-                if ledger.fits(job, pool):
-                    break
-            if not removed or not ledger.fits(job, pool):
-                for victim, victim_pool in removed:
-                    ledger.add(victim, victim_pool)
-                continue
-            # Put back, newest removal first, every victim that is not needed after all.
-            needed = [removed[-1][0]]
-            for victim, victim_pool in reversed(removed[:-1]):
-                ledger.add(victim, victim_pool)
-                if ledger.fits(job, pool):
-                    continue
-                ledger.add(victim, victim_pool, -1)
-                needed.append(victim)
-            for victim in needed:
-                ledger.add(victim, pool)  # restore, then stop it the regular way
-                self._stop(victim.key)
-                outcome = self.outcomes[victim.key]
-                outcome.preemptions += 1
-                outcome.start = outcome.end = outcome.pool = None
-                self._enqueue(victim)
-            return pool
+            if self._preemption_could_help(job, check) and self._preempt_in(job, check):
+                return check.pool
         return None
+
+    def _preempt_in(self, job: SimJob, check: _Check) -> bool:
+        candidates = self._victims_in(job, check.pool)
+        if not candidates:
+            return False
+        project_use, cohort_use, pool_use = self.uses
+        guaranteed = self.ledger.guaranteed
+        # Victims run in this pool and department: one cohort and pool key for all of them.
+        cohort_key, pool_key, project_key = check.cohort_key, check.pool_key, check.project_key
+
+        def fits() -> bool:
+            return (
+                project_use.get(project_key, 0) <= check.allowed_project
+                and cohort_use[cohort_key] <= check.allowed_cohort
+                and pool_use[pool_key] <= check.allowed_pool
+            )
+
+        def take(victim_key: tuple, amount: int) -> None:
+            project_use[victim_key] -= amount
+            cohort_use[cohort_key] -= amount
+            pool_use[pool_key] -= amount
+
+        removed: list[tuple[SimJob, tuple]] = []
+        for victim in candidates:
+            victim_key = self.job_keys[victim.key][1]
+            if victim.project != job.project and project_use[victim_key] <= guaranteed.get(
+                victim_key, 0
+            ):
+                continue  # its project is back within its guarantee: not a reclaim target
+            take(victim_key, victim.amount)
+            removed.append((victim, victim_key))
+            if fits():
+                break
+        if not removed or not fits():
+            for victim, victim_key in removed:
+                take(victim_key, -victim.amount)
+            return False
+        # Put back, newest removal first, every victim that is not needed after all.
+        needed = [removed[-1]]
+        for victim, victim_key in reversed(removed[:-1]):
+            take(victim_key, -victim.amount)
+            if fits():
+                continue
+            take(victim_key, victim.amount)
+            needed.append((victim, victim_key))
+        for victim, victim_key in needed:
+            take(victim_key, -victim.amount)  # restore, then stop it the regular way
+            self._stop(victim.key)
+            outcome = self.outcomes[victim.key]
+            outcome.preemptions += 1
+            outcome.start = outcome.end = outcome.pool = None
+            self._enqueue(victim)
+        return True
 
     def run(self, stop_when_started: Iterable[str] = ()) -> SimulationResult:
         snapshot = self.snapshot
