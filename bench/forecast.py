@@ -2,7 +2,7 @@
 
 Two figures, each the median of --repeat calls in this process:
   1. the simulation alone (planner.simulation.forecast on a snapshot in memory), in wall time
-     and in this process's CPU time (the one to read on a busy machine), and
+     and in its thread's CPU time (the one to read on a busy machine), and
   2. the whole forecast the submit form asks for (planner.selectors.forecast_for_unsaved): the
      snapshot read from PostgreSQL (active jobs, quotas, pools, priority classes, the
      submitters' run history) and the simulation.
@@ -140,8 +140,8 @@ def seed(running: int, queued: int):
 
 
 def median_ms(call, repeat: int, clock=time.perf_counter) -> float:
-    """Median milliseconds of ``call`` by ``clock``: wall time (perf_counter) or this process's
-    CPU time (process_time, which other work on a busy machine inflates far less)."""
+    """Median milliseconds of ``call`` by ``clock``: wall time (perf_counter) or the CPU time of
+    this thread (thread_time), which other work on a busy machine inflates far less."""
     call()  # warm-up
     times = []
     for _ in range(repeat):
@@ -185,7 +185,7 @@ def measure(args, stack) -> int:
         print(f"forecast: {result.text}", flush=True)
         pure = median_ms(lambda: sim.forecast(snapshot, sim_job), args.repeat)
         harness.figure("simulation (forecast of one job)", pure, "ms")
-        cpu = median_ms(lambda: sim.forecast(snapshot, sim_job), args.repeat, time.process_time)
+        cpu = median_ms(lambda: sim.forecast(snapshot, sim_job), args.repeat, time.thread_time)
         harness.figure("simulation, CPU time", cpu, "ms")
         whole = median_ms(lambda: selectors.forecast_for_unsaved(probe), args.repeat)
         harness.figure("forecast with the snapshot read from the database", whole, "ms")
