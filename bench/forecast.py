@@ -197,7 +197,9 @@ def measure(args, stack) -> int:
 
 
 def main() -> int:
-    parser = harness.make_parser(__doc__, short={"running": 100, "queued": 200, "repeat": 5})
+    parser = harness.make_parser(
+        __doc__, short={"running": 100, "queued": 200, "repeat": 5}, services=("postgres",)
+    )
     parser.add_argument("--running", type=int, default=500)
     parser.add_argument("--queued", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=30)

@@ -298,7 +298,11 @@ def report(args, records, starts) -> None:
 def main() -> int:
     # The short run keeps three warm-up runs: with fewer, no job type has the history the
     # estimates need (planner.estimates.MIN_SAMPLES) and every forecast counts maximum runtimes.
-    parser = harness.make_parser(__doc__, short={"jobs": 40, "burst_size": 10, "warmup_runs": 3})
+    parser = harness.make_parser(
+        __doc__,
+        short={"jobs": 40, "burst_size": 10, "warmup_runs": 3},
+        services=("postgres", "redis"),
+    )
     parser.add_argument("--jobs", type=int, default=120)
     parser.add_argument("--speed", type=float, default=6.0)
     parser.add_argument("--burst-size", type=int, default=12)
