@@ -14,7 +14,14 @@ from jobs.mounts import default_shm_bytes
 from jobs.states import ACTIVE
 from jobs.validation import PoolFacts, format_quantity, parse_quantity
 from quotas import arithmetic, mig
-from quotas.models import DepartmentQuota, GpuPool, ProjectQuota
+from quotas.manifests import KAI_NODE_POOL_LABEL
+from quotas.models import (
+    DepartmentQuota,
+    GpuPool,
+    PriorityClass,
+    ProjectQuota,
+    gpu_memory_from_model,
+)
 from tenants.models import Membership, PodSecurity, Project
 from tenants.permissions import WRITER_ROLES
 
@@ -84,6 +91,10 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
             "pool__default_memory",
             "pool__max_shm_size",
             "pool__max_termination_grace_seconds",
+            "pool__scheduler",
+            "pool__kai_fractions_allowed",
+            "pool__kai_fraction_step",
+            "pool__gpu_memory_mib",
         )
     )
     caps = {
@@ -99,7 +110,8 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
     for project_id, pool_id, resource, nominal, borrowing, *pool in rows:
         if project_id != project.pk:
             continue
-        slug, model, per_node, nodes, profiles, cpu, memory, max_shm, max_grace = pool
+        slug, model, per_node, nodes, profiles, cpu, memory, max_shm, max_grace, *kai = pool
+        scheduler, fractions, step, gpu_memory = kai
         fact = facts.setdefault(
             pool_id,
             PoolFacts(
@@ -114,6 +126,10 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
                 max_termination_grace_seconds=max_grace,
                 maximum={},
                 guaranteed={},
+                scheduler=scheduler,
+                fractions_allowed=scheduler == "kai" and fractions,
+                fraction_step=step,
+                gpu_memory_mib=gpu_memory or gpu_memory_from_model(model),
             ),
         )
         usable = arithmetic.usable_amount(
@@ -173,6 +189,22 @@ def _pool_labels(
     return slugs, tuple(pools[slug] for slug in slugs), others
 
 
+def _kai_facts(job: Job, eligible_labels: tuple[dict[str, str], ...]) -> dict[str, Any]:
+    """What only a KAI job's manifests need: its GPU share, whether its priority class may be
+    preempted (KAI's preemptibility label), and its pool's KAI shard."""
+    if job.backend != "kai":
+        return {}
+    classes = PriorityClass.objects.filter(name=job.priority)
+    preemptible = classes.values_list("preemptible", flat=True).first()
+    labels = eligible_labels[0] if eligible_labels else {}
+    return {
+        "gpu_fraction": format(job.gpu_fraction.normalize(), "f") if job.gpu_fraction else "",
+        "gpu_memory": job.gpu_memory or 0,
+        "preemptible": preemptible,
+        "kai_node_pool": labels.get(KAI_NODE_POOL_LABEL, ""),
+    }
+
+
 def manifest_input_for_job(job: Job, *, job_id: int | None = None) -> JobManifestInput:
     project = job.project
     eligible, eligible_labels, other_labels = _pool_labels(job)
@@ -208,6 +240,7 @@ def manifest_input_for_job(job: Job, *, job_id: int | None = None) -> JobManifes
         termination_grace_seconds=job.termination_grace_seconds,
         checkpoint_dir=job.checkpoint_dir,
         checkpoint_claim=job.checkpoint_claim,
+        **_kai_facts(job, eligible_labels),
     )
 
 

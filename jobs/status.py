@@ -17,10 +17,10 @@ S = JobState
 
 @dataclass(frozen=True)
 class ClusterSnapshot:
-    backend: str  # kueue | volcano
+    backend: str  # kueue | volcano | kai
     primary: dict[str, Any] | None  # batch/v1 Job or batch.volcano.sh Job; None = not found
     workload: dict[str, Any] | None = None  # Kueue Workload of the Job
-    podgroup: dict[str, Any] | None = None  # Volcano PodGroup of the vcjob
+    podgroup: dict[str, Any] | None = None  # Volcano PodGroup of the vcjob, KAI's of the Job
     pods: list[dict[str, Any]] = field(default_factory=list)
     expected_pods: int = 1
 
@@ -178,9 +178,59 @@ def map_volcano(snapshot: ClusterSnapshot) -> StatusReading:
     )
 
 
+def kai_waiting_reason(podgroup: dict[str, Any] | None) -> tuple[str, str] | None:
+    """(reason, message) of the newest reason KAI gives for a PodGroup that waits: its
+    UnschedulableOnNodePool scheduling condition (reasons[] first, the deprecated top-level
+    reason and message otherwise)."""
+    conditions = ((podgroup or {}).get("status") or {}).get("schedulingConditions") or []
+    for condition in reversed(conditions):
+        if not isinstance(condition, dict) or condition.get("status", "True") != "True":
+            continue
+        for entry in condition.get("reasons") or []:
+            if isinstance(entry, dict) and entry.get("reason"):
+                return str(entry["reason"]), str(entry.get("message") or "")
+        if condition.get("message") or condition.get("reason"):
+            return str(condition.get("reason") or "Unschedulable"), str(
+                condition.get("message") or ""
+            )
+    return None
+
+
+def map_kai(snapshot: ClusterSnapshot) -> StatusReading:
+    """A batch Job under KAI Scheduler: the Job says how it ended, the pods whether KAI bound
+    them, the PodGroup why it waits. The Job is never suspended, so its pods exist (Pending)
+    while KAI has not placed them."""
+    job = snapshot.primary
+    if job is None:
+        return StatusReading(None, "ObjectMissing", "the batch Job is gone", missing=True)
+    if terminal := _batch_job_terminal(job, snapshot.pods):
+        return terminal
+    status = job.get("status") or {}
+    live = [p for p in snapshot.pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    bound = [p for p in live if (p.get("spec") or {}).get("nodeName")]
+    ready = int(status.get("ready") or 0)
+    expected = snapshot.expected_pods
+    if ready >= expected and status.get("active"):
+        return StatusReading(S.RUNNING, "PodsRunning", f"{ready}/{expected} pods ready")
+    if bound and len(bound) >= expected:
+        return StatusReading(S.ADMITTED, "PodsStarting", f"{ready}/{expected} pods ready")
+    if len(live) < len(snapshot.pods) and not bound:
+        return StatusReading(
+            S.PREEMPTED, "Evicted", "KAI Scheduler evicted the job's pods; it waits to run again"
+        )
+    waiting = kai_waiting_reason(snapshot.podgroup)
+    if waiting is not None:
+        return StatusReading(S.QUEUED, waiting[0], waiting[1])
+    if snapshot.podgroup is None and not status.get("active") and not snapshot.pods:
+        return StatusReading(S.SUBMITTED, "WaitingForPods", "the Job has not created its pods")
+    return StatusReading(S.QUEUED, "Pending", "waiting for KAI Scheduler to place the job")
+
+
 def map_cluster_status(snapshot: ClusterSnapshot) -> StatusReading:
     if snapshot.backend == "volcano":
         return map_volcano(snapshot)
+    if snapshot.backend == "kai":
+        return map_kai(snapshot)
     return map_kueue(snapshot)
 
 

@@ -90,6 +90,8 @@ def quota_model() -> qm.QuotaModel:
             total_gpus=p.total_gpus,
             default_cpu=p.default_cpu,
             default_memory=p.default_memory,
+            scheduler=p.scheduler,
+            over_quota_weight=p.kai_over_quota_weight,
         )
         for p in GpuPool.objects.order_by("slug")
     )
@@ -108,6 +110,7 @@ def quota_model() -> qm.QuotaModel:
                         resource=r.resource,
                         guaranteed=r.nominal,
                         maximum=r.maximum,
+                        over_quota_weight=r.over_quota_weight,
                     )
                     for r in rows[p.pk]
                 ),
@@ -190,6 +193,8 @@ def _owner_kind(obj: dict[str, Any]) -> str:
 def _owned_objects(access: qm.TenantAccess) -> dict[tuple[str, str, str, str], dict[str, Any]]:
     owned = {}
     for api_version, kind in qm.owned_kinds(access):
+        if api_version == qm.KAI_QUEUE_API and kube.api_resources(api_version) is None:
+            continue  # KAI is not installed: there is nothing of it to own (its applies fail)
         for obj in kube.list_owned(api_version, kind):
             # Only quota-kind owners: job objects are never the quota sync's business.
             if _owner_kind(obj) in _DELETE_ORDER:

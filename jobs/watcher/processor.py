@@ -57,6 +57,7 @@ BATCH_JOB = "batch/v1/Job"
 VCJOB = "batch.volcano.sh/v1alpha1/Job"
 WORKLOAD = "kueue.x-k8s.io/v1beta2/Workload"
 PODGROUP = "scheduling.volcano.sh/v1beta1/PodGroup"
+KAI_PODGROUP = "scheduling.run.ai/v2alpha2/PodGroup"
 POD = "v1/Pod"
 EVENT = "v1/Event"
 CLUSTER_QUEUE = "kueue.x-k8s.io/v1beta2/ClusterQueue"
@@ -131,7 +132,7 @@ class Processor(threading.Thread):
         if change.type in ("BOOKMARK",):
             return
         if change.type == "RELISTED":
-            if change.collection in (BATCH_JOB, VCJOB, WORKLOAD, PODGROUP, POD):
+            if change.collection in (BATCH_JOB, VCJOB, WORKLOAD, PODGROUP, KAI_PODGROUP, POD):
                 # Whatever happened while we were not looking: re-evaluate every live job.
                 self.dirty.update(Job.objects.active().values_list("pk", flat=True).order_by())
             return
@@ -206,6 +207,17 @@ class Processor(threading.Thread):
                 expected_pods=job.pods,
             )
         batch = self.objects[BATCH_JOB].get((ns, name))
+        if job.backend == "kai":
+            podgroup = None
+            if batch is not None:
+                uid = _uid(batch)
+                podgroup = next(
+                    (pg for pg in self.objects[KAI_PODGROUP].values() if uid in owner_uids(pg)),
+                    None,
+                )
+            return ClusterSnapshot(
+                backend="kai", primary=batch, podgroup=podgroup, pods=pods, expected_pods=job.pods
+            )
         workload = None
         if batch is not None:
             key = self.workload_by_owner.get(_uid(batch))
