@@ -232,6 +232,8 @@ class JobPod(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     gpu_uuids = models.JSONField(default=list, blank=True)
     gpu_indices = models.JSONField(default=list, blank=True)
+    # KAI GPU sharing: the shared GPU's group (runai-gpu-group) of a fraction pod.
+    gpu_group = models.CharField(max_length=64, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     reason = models.CharField(max_length=64, blank=True)
     message = models.TextField(blank=True)

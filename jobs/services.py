@@ -761,6 +761,7 @@ def job_record_pods(*, job_id: int, records: list[Any], present_uids: set[str]) 
                 "finished_at": record.finished_at,
                 "gpu_uuids": record.gpu_uuids,
                 "gpu_indices": record.gpu_indices,
+                "gpu_group": getattr(record, "gpu_group", "")[:64],
                 "exit_code": record.exit_code,
                 "reason": record.reason[:64],
                 "message": record.message,

@@ -7,6 +7,7 @@ and it says which portal state that is and why. Kueue conditions are read in Kue
 conditions win because they are what the pods actually did.
 """
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -290,6 +291,11 @@ VOLCANO_TASK_INDEX = "volcano.sh/task-index"
 VOLCANO_TASK_SPEC = "volcano.sh/task-spec"
 GPU_UUIDS_ANNOTATIONS = ("kubesim.dev/gpu-uuids", "nvidia.com/gpu-uuids")
 GPU_INDICES_ANNOTATIONS = ("kubesim.dev/gpu-indices", "nvidia.com/gpu-indices")
+# KAI GPU sharing: a fraction pod's shared GPU is the group its label names; the reservation pod
+# of the group (namespace kai-resource-reservation) holds the GPU and its UUID annotation.
+KAI_GPU_GROUP_LABEL = "runai-gpu-group"
+KAI_RESERVATION_NAMESPACE = "kai-resource-reservation"
+KAI_RESERVED_GPU_ANNOTATION = "run.ai/reserve_for_gpu_index"
 
 
 def job_id_of(obj: dict[str, Any]) -> int | None:
@@ -338,6 +344,44 @@ class PodRecord:
     message: str
     restart_count: int
     container: str
+    gpu_group: str = ""  # KAI: the shared GPU (group) a fraction pod is on
+
+
+def kai_gpu_group(pod: dict[str, Any]) -> str:
+    """The KAI GPU group of a fraction pod: the runai-gpu-group label, or with several devices
+    the first runai-gpu-group/<group> label's value; "" for any other pod."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if labels.get(KAI_GPU_GROUP_LABEL):
+        return str(labels[KAI_GPU_GROUP_LABEL])
+    for key in sorted(labels):
+        if key.startswith(KAI_GPU_GROUP_LABEL + "/"):
+            return str(labels[key])
+    return ""
+
+
+def kai_reservations(reservation_pods: list[dict[str, Any]]) -> dict[str, tuple[str, str, str]]:
+    """group → (reservation pod name, node, GPU UUID) from the pods of kai-resource-reservation
+    (the UUID is "" until the reservation pod has written it)."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for pod in reservation_pods:
+        meta = pod.get("metadata") or {}
+        group = ((meta.get("labels") or {}).get(KAI_GPU_GROUP_LABEL)) or ""
+        if not group or meta.get("deletionTimestamp"):
+            continue
+        uuid = (meta.get("annotations") or {}).get(KAI_RESERVED_GPU_ANNOTATION) or ""
+        out[group] = (meta.get("name") or "", (pod.get("spec") or {}).get("nodeName") or "", uuid)
+    return out
+
+
+def with_shared_gpu(record: PodRecord, reservations: dict[str, tuple[str, str, str]]) -> PodRecord:
+    """A fraction pod's record with the UUID of the GPU it shares (its device plugin gave the
+    GPU to the reservation pod, so the pod itself names none)."""
+    if not record.gpu_group or record.gpu_uuids:
+        return record
+    found = reservations.get(record.gpu_group)
+    if not found or not found[2]:
+        return record
+    return dataclasses.replace(record, gpu_uuids=[found[2]])
 
 
 def pod_record(pod: dict[str, Any]) -> PodRecord:
@@ -397,6 +441,7 @@ def pod_record(pod: dict[str, Any]) -> PodRecord:
         message=message,
         restart_count=restarts,
         container=container,
+        gpu_group=kai_gpu_group(pod),
     )
 
 

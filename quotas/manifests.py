@@ -623,7 +623,8 @@ def volcano_department_queues(
 # Like Volcano, KAI queues know resources, not pools: one leaf queue per (project, KAI pool) under
 # one parent per (department, KAI pool), and a KAI job names the leaf of its one pool. The GPU
 # numbers come from quotas.arithmetic as for Volcano: quota = the guarantee, limit = the most the
-# project may ever use there (never above the department's). CPU and memory are not rationed by
+# project may ever use there (never above the department's); the department queue is guaranteed
+# its projects' sum and has no limit (see kai_department_queues). CPU and memory are not rationed by
 # the portal: -1 on every level, since KAI reads an absent or 0 limit as "nothing allowed".
 # MIG quotas have no KAI resource name: a KAI pool's queues carry whole-GPU quota only.
 
@@ -667,7 +668,7 @@ def kai_department_queues(
         if not any(pool_slug == pool.slug for pool_slug, _ in amounts):
             continue
         gpu = amounts.get((pool.slug, FULL_GPU))
-        quota, limit = (gpu.guaranteed, gpu.maximum) if gpu else (0, 0)
+        quota = gpu.guaranteed if gpu else 0
         queues.append(
             _kai_queue(
                 kai_department_queue_name(department.slug, pool.slug),
@@ -675,7 +676,11 @@ def kai_department_queues(
                 pool,
                 {
                     "displayName": f"department {department.slug}",
-                    "resources": _kai_resources(quota, max(limit, quota), 1),
+                    # No limit of its own: KAI checks a parent's limit before it reclaims, so a
+                    # limit at the department's sum would keep a project from taking back what
+                    # another project of the department borrowed. Each project's limit (never
+                    # above the department's sum) is the cap.
+                    "resources": _kai_resources(quota, -1, 1),
                 },
             )
         )

@@ -37,12 +37,15 @@ from jobs.services import (
 )
 from jobs.states import JobState, can_transition
 from jobs.status import (
+    KAI_RESERVATION_NAMESPACE,
     ClusterSnapshot,
     failing_pod,
     job_id_of,
+    kai_reservations,
     map_with_pods,
     owner_uids,
     pod_record,
+    with_shared_gpu,
 )
 from jobs.watcher import queues
 from jobs.watcher.informer import Change
@@ -229,6 +232,8 @@ class Processor(threading.Thread):
     # ------------------------------------------------------------------ writes
     def _sync_pods(self, job: Job, snapshot: ClusterSnapshot) -> None:
         records = [pod_record(p) for p in snapshot.pods]
+        if any(r.gpu_group and not r.gpu_uuids for r in records):
+            records = [with_shared_gpu(r, self._kai_reservations()) for r in records]
         written = self.written_pods.setdefault(job.pk, {})
         changed = [r for r in records if written.get(r.uid) != r]
         present = {r.uid for r in records}
@@ -236,6 +241,14 @@ class Processor(threading.Thread):
             return
         job_record_pods(job_id=job.pk, records=changed, present_uids=present)
         self.written_pods[job.pk] = {r.uid: r for r in records}
+
+    def _kai_reservations(self) -> dict[str, tuple[str, str, str]]:
+        """KAI's reservation pods by GPU group (read when a fraction pod needs its GPU)."""
+        try:
+            pods = kube.list_objects("v1", "Pod", namespace=KAI_RESERVATION_NAMESPACE)
+        except KubeError:
+            return {}
+        return kai_reservations(pods)
 
     def _with_fresh_pods(self, job: Job, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         try:
