@@ -1,15 +1,16 @@
 """Reads of jobs: visibility, the pool facts a request is validated against, rendered manifests."""
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 from django.db.models import Q, QuerySet, Sum
 
 from credentials.models import Credential
+from jobs import fractions, secret_refs
 from jobs import manifests as job_manifests_module
-from jobs import secret_refs
 from jobs.manifests import JobManifestInput
-from jobs.models import Job, JobKind, QueueUsage
+from jobs.models import Job, JobKind, JobPod, QueueUsage
 from jobs.mounts import default_shm_bytes
 from jobs.states import ACTIVE
 from jobs.validation import PoolFacts, format_quantity, parse_quantity
@@ -295,3 +296,53 @@ def gpus_in_use_per_pool() -> dict[str, int]:
         .order_by()
     )
     return {row["pool"]: int(row["n"] or 0) for row in totals}
+
+
+# --- GPU fractions (issue 25) ----------------------------------------------------------------
+
+
+def fraction_shares(job_ids: Iterable[int]) -> dict[int, float]:
+    """{job id: the part of one GPU it holds} for the fractional jobs among `job_ids`."""
+    rows = list(
+        Job.objects.filter(pk__in=list(job_ids))
+        .filter(Q(gpu_fraction__isnull=False) | Q(gpu_memory__isnull=False))
+        .values_list("pk", "gpu_fraction", "gpu_memory", "pool__slug", "eligible_pools")
+    )
+    if not rows:
+        return {}
+    memory = {
+        p.slug: p.gpu_memory
+        for p in GpuPool.objects.filter(scheduler="kai").only("slug", "gpu_model", "gpu_memory_mib")
+    }
+    out = {}
+    for pk, fraction, gpu_memory, pool, eligible in rows:
+        slug = pool or next(iter(eligible or ()), "")
+        share = fractions.job_share(fraction, gpu_memory, memory.get(slug))
+        if share is not None:
+            out[pk] = share
+    return out
+
+
+def pods_with_shares(*, job: Job) -> list[JobPod]:
+    """The job's pods; a fraction pod carries `share_text` ("0.5 of GPU-… (shared with 1 other
+    job)"), counting the other jobs that had pods on the same shared GPU (KAI GPU group)."""
+    pods = list(job.pod_records.all())
+    groups = {p.gpu_group for p in pods if p.gpu_group}
+    if not groups:
+        return pods
+    share = fraction_shares([job.pk]).get(job.pk)
+    if share is None:
+        return pods
+    others: dict[str, set[int]] = {}
+    for group, job_id in (
+        JobPod.objects.filter(gpu_group__in=groups)
+        .exclude(job_id=job.pk)
+        .values_list("gpu_group", "job_id")
+        .distinct()
+    ):
+        others.setdefault(group, set()).add(job_id)
+    for pod in pods:
+        if pod.gpu_group:
+            uuid = next(iter(pod.gpu_uuids or ()), "")
+            pod.share_text = fractions.share_text(share, uuid, len(others.get(pod.gpu_group, ())))
+    return pods

@@ -110,6 +110,19 @@ def _shared_gpu(job) -> str:
     raise AssertionError(f"job {job.pk} never got a shared GPU")
 
 
+def _record_pods(job) -> None:
+    """What the cluster watcher does for a job's pods (jobs.watcher.processor._sync_pods)."""
+    from jobs.services import job_record_pods
+    from jobs.status import KAI_RESERVATION_NAMESPACE, kai_reservations, pod_record, with_shared_gpu
+    from portal.kube import apply as kube
+
+    reservations = kai_reservations(
+        kube.list_objects("v1", "Pod", namespace=KAI_RESERVATION_NAMESPACE)
+    )
+    records = [with_shared_gpu(pod_record(p), reservations) for p in _pods(job)]
+    job_record_pods(job_id=job.pk, records=records, present_uids={r.uid for r in records})
+
+
 def _reconcile_all(jobs, rounds=1):
     from jobs.reconcile.services import job_reconcile
 
@@ -178,12 +191,18 @@ def test_a_rejected_kai_queue_is_reported_and_nothing_is_deleted(kai_org, monkey
 
 def test_half_gpus_share_one_gpu_and_a_third_fits_only_if_small_enough(kai_org):
     from jobs.models import Job
+    from jobs.selectors import pods_with_shares
 
     a = _submit(kai_org, "alpha", kind="single", gpu_fraction=0.5, command=SHORT)
     b = _submit(kai_org, "beta", kind="single", gpu_fraction=0.5, command=SHORT)
     assert (a.backend, a.eligible_pools) == ("kai", ["kai-frac"])
     _reconcile_all([a, b])
-    assert _shared_gpu(a) == _shared_gpu(b)
+    uuid = _shared_gpu(a)
+    assert uuid == _shared_gpu(b)
+    _record_pods(a)
+    _record_pods(b)
+    (pod,) = pods_with_shares(job=a)
+    assert pod.share_text == f"0.5 of {uuid} (shared with 1 other job)"
     assert reconcile_until(a, {"succeeded"})[-1] == "succeeded"
     assert reconcile_until(b, {"succeeded"})[-1] == "succeeded"
 

@@ -252,3 +252,80 @@ def test_kai_pools_get_kai_queues_and_no_kueue_or_volcano_objects():
         o for o in objects if o["kind"] == "ClusterQueue" and o["metadata"]["name"] == "gp-alpha"
     ]
     assert [f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == ["gp-pool-h100"]
+
+
+def _reading(uuid: str, namespace: str, pod: str):
+    from gpumetrics.parsing import DeviceKey, DeviceReading
+
+    return DeviceReading(
+        key=DeviceKey("node-1", uuid), namespace=namespace, pod=pod, fields={"util": 40.0}
+    )
+
+
+def test_isolation_check_is_quiet_for_a_shared_gpu_and_warns_for_a_whole_gpu_in_two_jobs():
+    from gpumetrics.attribution import JobFacts, attribute
+
+    reservation = _reading("GPU-s", "kai-resource-reservation", "gpu-reservation-abc")
+    shared = attribute([reservation], {}, {"GPU-s": {11: 0.5, 12: 0.5}})
+    assert sorted(shared.by_job) == [11, 12]  # each fraction job gets the shared GPU's readings
+    assert shared.shared == {(11, "GPU-s"): 0.5, (12, "GPU-s"): 0.5}
+    assert shared.warnings == {}
+
+    jobs = {3: JobFacts(3, "gp-a", 1), 4: JobFacts(4, "gp-b", 1)}
+    forced = attribute(
+        [_reading("GPU-w", "gp-a", "gp-job-3-x"), _reading("GPU-w", "gp-b", "gp-job-4-y")], jobs
+    )
+    assert set(forced.warnings) == {3, 4}
+    assert "shows up in this job and in job(s) 4" in forced.warnings[3][0]
+    # a whole GPU of a job that also appears as a KAI shared GPU: still a warning
+    mixed = attribute(
+        [
+            _reading("GPU-w", "gp-a", "gp-job-3-x"),
+            _reading("GPU-w", "kai-resource-reservation", "gpu-reservation-abc"),
+        ],
+        jobs,
+        {"GPU-w": {11: 0.5}},
+    )
+    assert set(mixed.warnings) == {3, 11}
+
+
+def test_the_cluster_page_splits_a_shared_gpu_between_its_holders():
+    from jobs.console.cluster_map import Holder, PodHold, PoolSelector, build_cluster_map
+    from portal.kube.nodes import NodeGpu, NodeInfo
+
+    node = NodeInfo("n1", {"pool": "kai"}, (NodeGpu(0, "GPU-s", H100), NodeGpu(1, "GPU-f", H100)))
+    holds = [
+        PodHold(11, "n1", ("GPU-s",), (), share=0.5),
+        PodHold(12, "n1", ("GPU-s",), (), share=0.25),
+    ]
+    result = build_cluster_map(
+        nodes=[node],
+        pools=[PoolSelector("kai", "KAI", H100, {"pool": "kai"})],
+        holds=holds,
+        holder_for=lambda job_id: Holder(job_id, True, f"alpha/job-{job_id}"),
+    )
+    shared, free = result.pools[0].nodes[0].gpus
+    assert [(h.label, share) for h, share in shared.parts] == [
+        ("alpha/job-11", 0.5),
+        ("alpha/job-12", 0.25),
+    ]
+    assert shared.free_share == 0.25
+    assert (free.parts, free.holder) == ((), None)
+    assert (result.held, result.devices) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("fraction", "memory", "total", "share", "text"),
+    [
+        (Decimal("0.5"), None, None, 0.5, "0.5 of GPU-1 (shared with 1 other job)"),
+        (None, 20000, 80000, 0.25, "0.25 of GPU-1 (shared with 1 other job)"),
+        (None, 30000, 90000, 0.33, "0.33 of GPU-1 (shared with 1 other job)"),
+        (None, 20000, None, 1.0, "1 of GPU-1 (shared with 1 other job)"),
+    ],
+)
+def test_a_fraction_jobs_share_and_how_the_job_page_says_it(fraction, memory, total, share, text):
+    from jobs import fractions
+
+    assert fractions.job_share(fraction, memory, total) == share
+    assert fractions.share_text(share, "GPU-1", 1) == text
+    assert fractions.share_text(0.5, "GPU-1", 2).endswith("(shared with 2 other jobs)")
