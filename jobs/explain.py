@@ -36,6 +36,7 @@ class Request:
 
     count: int
     unit: str  # "H100 GPUs", "MIG 1g.10gb slices"
+    text: str = ""  # said instead of "count × unit" (a fraction: "0.5 of an H100 GPU")
 
 
 def gpu_short_name(gpu_model: str) -> str:
@@ -44,7 +45,15 @@ def gpu_short_name(gpu_model: str) -> str:
     return match.group(1) if match else gpu_model
 
 
-def request_for(*, gpus: int, replicas: int, mig_profile: str, gpu_model: str) -> Request:
+def request_for(
+    *, gpus: int, replicas: int, mig_profile: str, gpu_model: str, share: float | None = None
+) -> Request:
+    if share is not None:
+        name = gpu_short_name(gpu_model) if gpu_model else ""
+        amount = format(round(share, 2), "g")
+        article = "an" if name[:1] in ("A", "H") else "a"
+        what = f"{article} {name} GPU" if name else "a GPU"
+        return Request(1, f"{name} GPUs".strip(), text=f"{amount} of {what}")
     if mig_profile:
         return Request(replicas or 1, f"MIG {mig_profile} slices")
     name = gpu_short_name(gpu_model) if gpu_model else ""
@@ -100,7 +109,8 @@ def _position(position: int | None, length: int | None) -> str:
 
 def _waiting_head(request: Request, pool: str) -> str:
     where = f" in pool {pool}" if pool else ""
-    return f"Waiting for {request.count} × {request.unit}{where}"
+    what = request.text or f"{request.count} × {request.unit}"
+    return f"Waiting for {what}{where}"
 
 
 _UNUSED = re.compile(

@@ -380,6 +380,7 @@ class Processor(threading.Thread):
             replicas=job.replicas if job.kind == "gang" else 1,
             mig_profile=job.mig_profile,
             gpu_model=job.pool.gpu_model if job.pool else self._pool_model(standing),
+            share=float(job.gpu_fraction) if job.gpu_fraction is not None else None,
         )
         sentence = explain.explain_pending(
             reason=reason,

@@ -329,3 +329,62 @@ def test_a_fraction_jobs_share_and_how_the_job_page_says_it(fraction, memory, to
     assert fractions.job_share(fraction, memory, total) == share
     assert fractions.share_text(share, "GPU-1", 1) == text
     assert fractions.share_text(0.5, "GPU-1", 2).endswith("(shared with 2 other jobs)")
+
+
+def test_a_waiting_fraction_says_what_it_waits_for_and_kai_queues_order_by_priority_then_age():
+    from types import SimpleNamespace
+
+    from jobs.watcher.queues import kai_positions
+
+    request = explain.request_for(gpus=0, replicas=1, mig_profile="", gpu_model=H100, share=0.5)
+    sentence = explain.explain_pending(
+        reason="PodSchedulingErrors",
+        message=NO_NODE.replace("GPUs.", "GPU memory."),
+        request=request,
+        standing=explain.Standing(project="alpha", department="rs", pool="kai"),
+    )
+    assert sentence == (
+        "Waiting for 0.5 of an H100 GPU in pool kai: no GPU has that much memory free right now."
+    )
+
+    def job(pk, priority, minute, pool="kai"):
+        return SimpleNamespace(
+            pk=pk,
+            priority=priority,
+            created_at=minute,
+            project_id=1,
+            pool=None,
+            eligible_pools=[pool],
+        )
+
+    queued = [job(1, "low", 1), job(2, "normal", 3), job(3, "high", 5), job(4, "normal", 2)]
+    queued.append(job(5, "low", 0, pool="other"))
+    assert kai_positions(queued) == {3: (1, 4), 4: (2, 4), 2: (3, 4), 1: (4, 4), 5: (1, 1)}
+
+
+@pytest.mark.django_db
+def test_a_pools_scheduler_cannot_change_while_its_jobs_are_active_and_the_api_says_it(
+    make_job, client
+):
+    from django.core.exceptions import ValidationError
+
+    from quotas.services import pool_update
+    from tests.factories import GpuPoolFactory, UserFactory
+
+    pool = GpuPoolFactory(slug="kai-x")
+    job = make_job(pool=pool, eligible_pools=["kai-x"], state="running")
+    staff = UserFactory(is_staff=True)
+    with pytest.raises(ValidationError) as refused:
+        pool_update(actor=staff, pool=pool, scheduler="kai", kai_fractions_allowed=True)
+    assert "1 active job on its current scheduler (kueue)" in str(refused.value)
+    job.state = "succeeded"
+    job.save()
+    pool_update(actor=staff, pool=pool, scheduler="kai", kai_fractions_allowed=True)
+    client.force_login(staff)
+    body = client.get("/api/v1/pools/kai-x/").json()
+    assert (body["scheduler"], body["fractions_allowed"], body["fraction_step"]) == (
+        "kai",
+        True,
+        "0.25",
+    )
+    assert body["gpu_memory_mib"] == 80000
