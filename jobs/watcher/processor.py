@@ -65,6 +65,7 @@ POD = "v1/Pod"
 EVENT = "v1/Event"
 CLUSTER_QUEUE = "kueue.x-k8s.io/v1beta2/ClusterQueue"
 VOLCANO_QUEUE = "scheduling.volcano.sh/v1beta1/Queue"
+KAI_QUEUE = "scheduling.run.ai/v2/Queue"
 JOB_NAME = re.compile(r"gp-job-(\d+)\b")
 POSITION_EVERY = 2.0
 CURSOR_EVERY = 2.0
@@ -145,7 +146,7 @@ class Processor(threading.Thread):
             if change.type != "DELETED" and _uid(obj):
                 self.events[_uid(obj)] = obj
             return
-        if collection in (CLUSTER_QUEUE, VOLCANO_QUEUE):
+        if collection in (CLUSTER_QUEUE, VOLCANO_QUEUE, KAI_QUEUE):
             store = self.objects[collection]
             if change.type == "DELETED":
                 store.pop(_key(obj), None)
@@ -537,7 +538,11 @@ class Processor(threading.Thread):
         if self.queues_dirty:
             self.queues_dirty = False
             try:
-                queues.store_usage(self.objects[CLUSTER_QUEUE], self.objects[VOLCANO_QUEUE])
+                queues.store_usage(
+                    self.objects[CLUSTER_QUEUE],
+                    self.objects[VOLCANO_QUEUE],
+                    self.objects[KAI_QUEUE],
+                )
             except Exception:
                 log.exception("could not store queue usage")
                 self.queues_dirty = True

@@ -12,7 +12,7 @@ from portal.kube.apply import KubeError
 from portal.kube.watch import pending_workloads
 from quotas.manifests import volcano_project_queue_name
 from quotas.models import GpuPool, ProjectQuota
-from quotas.usage import cluster_queue_rows, volcano_queue_rows, with_lending
+from quotas.usage import cluster_queue_rows, kai_queue_rows, volcano_queue_rows, with_lending
 from tenants.models import Project
 
 
@@ -174,11 +174,14 @@ def pool_model(standing: Standing | None) -> str:
 
 
 def store_usage(
-    cqs: dict[tuple[str, str], dict[str, Any]], vqs: dict[tuple[str, str], dict[str, Any]]
+    cqs: dict[tuple[str, str], dict[str, Any]],
+    vqs: dict[tuple[str, str], dict[str, Any]],
+    kqs: dict[tuple[str, str], dict[str, Any]] | None = None,
 ) -> None:
     """Replace the QueueUsage rows with what the queues' status says now."""
     rows = with_lending([r for cq in cqs.values() for r in cluster_queue_rows(cq)])
     rows += [r for q in vqs.values() for r in volcano_queue_rows(q)]
+    rows += [r for q in (kqs or {}).values() for r in kai_queue_rows(q)]
     projects = dict(Project.objects.values_list("slug", "pk"))
     keep = []
     with transaction.atomic():

@@ -39,6 +39,7 @@ COLLECTIONS = (
     Collection("v1", "Event", accept=_event_of_tenant, resume_without_list=True),
     Collection("kueue.x-k8s.io/v1beta2", "ClusterQueue", MANAGED_SELECTOR),
     Collection("scheduling.volcano.sh/v1beta1", "Queue", MANAGED_SELECTOR),
+    Collection("scheduling.run.ai/v2", "Queue", MANAGED_SELECTOR),
 )
 
 

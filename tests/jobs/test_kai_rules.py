@@ -388,3 +388,30 @@ def test_a_pools_scheduler_cannot_change_while_its_jobs_are_active_and_the_api_s
         "0.25",
     )
     assert body["gpu_memory_mib"] == 80000
+
+
+def test_a_kai_queues_use_counts_fractions_as_kai_does():
+    from quotas.usage import kai_queue_rows
+
+    queue = {
+        "metadata": {
+            "name": "gp-alpha.kai",
+            "labels": {"gpu-portal.io/project": "alpha", "gpu-portal.io/pool": "kai"},
+        },
+        "spec": {
+            "parentQueue": "gp-dept-rs.kai",
+            "resources": {"gpu": {"quota": 1, "limit": 4, "overQuotaWeight": 1}},
+        },
+        "status": {"allocated": {"nvidia.com/gpu": "1500m"}},
+    }
+    (row,) = kai_queue_rows(queue)
+    assert (row.pool, row.resource, row.in_use, row.guaranteed, row.maximum, row.borrowed) == (
+        "kai",
+        "gpu",
+        Decimal("1.5"),
+        Decimal(1),
+        Decimal(4),
+        Decimal("0.5"),
+    )
+    department = {**queue, "metadata": {"name": "gp-dept-rs.kai", "labels": {}}}
+    assert kai_queue_rows(department) == []
