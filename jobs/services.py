@@ -541,7 +541,6 @@ def job_request_from(*, project: Project, data: dict[str, Any]) -> JobRequest:
     """The validation input for request data (the API's, the form's, a saved template's), with
     the project's defaults: one place, so every way in validates the same request."""
     kind = data.get("kind") or ""
-    backend = data.get("backend") or (project.default_gang_backend if kind == "gang" else "")
     return JobRequest(
         project_slug=project.slug,
         kind=kind,
@@ -557,7 +556,10 @@ def job_request_from(*, project: Project, data: dict[str, Any]) -> JobRequest:
         memory=data.get("memory") or "",
         priority=data.get("priority") or "normal",
         max_runtime_minutes=data.get("max_runtime_minutes"),
-        backend=backend,
+        backend=data.get("backend") or "",
+        default_gang_backend=project.default_gang_backend if kind == "gang" else "",
+        gpu_fraction=data.get("gpu_fraction"),
+        gpu_memory=data.get("gpu_memory"),
         mounts=data.get("mounts"),
         shm_size=data.get("shm_size") or "",
         termination_grace_seconds=data.get("termination_grace_seconds"),
@@ -637,6 +639,8 @@ def job_submit(
             priority=request.priority,
             max_runtime_minutes=r.max_runtime_minutes,
             backend=r.backend,
+            gpu_fraction=r.gpu_fraction,
+            gpu_memory=r.gpu_memory,
             mounts=[m.as_dict() for m in r.mounts],
             shm_size=r.shm_size,
             termination_grace_seconds=r.termination_grace_seconds,
@@ -806,6 +810,7 @@ POD_FIELDS = (
     "finished_at",
     "gpu_uuids",
     "gpu_indices",
+    "gpu_group",
     "exit_code",
     "reason",
     "message",
@@ -835,6 +840,7 @@ def job_record_pods(*, job_id: int, records: list[Any], present_uids: set[str]) 
                     finished_at=record.finished_at,
                     gpu_uuids=record.gpu_uuids,
                     gpu_indices=record.gpu_indices,
+                    gpu_group=getattr(record, "gpu_group", "")[:64],
                     exit_code=record.exit_code,
                     reason=record.reason[:64],
                     message=record.message,
