@@ -14,6 +14,7 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 from psycopg.errors import DeadlockDetected
 
+from audit import services as audit_services
 from governance.selectors import jobs_waiting_on_members_of
 from jobs import mounts as job_mounts
 from jobs import secret_refs
@@ -539,7 +540,6 @@ def job_request_from(*, project: Project, data: dict[str, Any]) -> JobRequest:
     """The validation input for request data (the API's, the form's, a saved template's), with
     the project's defaults: one place, so every way in validates the same request."""
     kind = data.get("kind") or ""
-    backend = data.get("backend") or (project.default_gang_backend if kind == "gang" else "")
     return JobRequest(
         project_slug=project.slug,
         kind=kind,
@@ -555,7 +555,10 @@ def job_request_from(*, project: Project, data: dict[str, Any]) -> JobRequest:
         memory=data.get("memory") or "",
         priority=data.get("priority") or "normal",
         max_runtime_minutes=data.get("max_runtime_minutes"),
-        backend=backend,
+        backend=data.get("backend") or "",
+        default_gang_backend=project.default_gang_backend if kind == "gang" else "",
+        gpu_fraction=data.get("gpu_fraction"),
+        gpu_memory=data.get("gpu_memory"),
         mounts=data.get("mounts"),
         shm_size=data.get("shm_size") or "",
         termination_grace_seconds=data.get("termination_grace_seconds"),
@@ -571,6 +574,7 @@ def job_submit(
     dry_run: bool = False,
     source: str = "api",
     idempotency: IdempotencyKey | None = None,
+    resubmit_of: Job | None = None,
 ) -> SubmitOutcome:
     """Validate a request and store the job (Submitted), or only render it when dry_run.
 
@@ -634,6 +638,8 @@ def job_submit(
             priority=request.priority,
             max_runtime_minutes=r.max_runtime_minutes,
             backend=r.backend,
+            gpu_fraction=r.gpu_fraction,
+            gpu_memory=r.gpu_memory,
             mounts=[m.as_dict() for m in r.mounts],
             shm_size=r.shm_size,
             termination_grace_seconds=r.termination_grace_seconds,
@@ -661,6 +667,21 @@ def job_submit(
             )
             if idempotency is not None:
                 record_submission(user=actor, key=idempotency, job=job)
+            audit_services.record(
+                "job.resubmit" if resubmit_of is not None else "job.submit",
+                actor=actor,
+                target=job,
+                changes=_audited_request(job),
+                detail=" ".join(
+                    filter(
+                        None,
+                        [
+                            f"Again of job {resubmit_of.pk}." if resubmit_of is not None else "",
+                            f"Resumes job {job.resume_from_id}." if job.resume_from_id else "",
+                        ],
+                    )
+                ),
+            )
             enqueue_reconcile(job.pk)
     except IntegrityError as exc:
         # Lost a race: with the same Idempotency-Key (answer with the winner's job), or with an
@@ -671,6 +692,21 @@ def job_submit(
         ) from exc
     return SubmitOutcome(
         job=job, validation=result, manifests=[], events=[event], warnings=warnings
+    )
+
+
+def _audited_request(job: Job) -> dict[str, Any]:
+    # What was asked for, without env values or file contents (they may hold secrets).
+    return audit_services.created(
+        {
+            "kind": job.kind,
+            "image": job.image,
+            "gpus": job.gpus,
+            "replicas": job.replicas,
+            "pool": job.pool.slug if job.pool_id else "",
+            "priority": job.priority,
+            "env_names": sorted(job.env) if isinstance(job.env, dict) else [],
+        }
     )
 
 
@@ -701,6 +737,12 @@ def job_cancel(*, actor: Any, job: Job, source: str = "api") -> Job:
                 )
                 Job.objects.filter(pk=job.pk).update(cleanup_pending=True)
                 job.cleanup_pending = True
+                audit_services.record(
+                    "job.cancel",
+                    actor=actor,
+                    target=job,
+                    changes={"state": [current, JobState.CANCELLED]},
+                )
                 enqueue_reconcile(job.pk)
         except StaleTransition:
             continue  # a reconcile moved it between our read and write; read again
@@ -767,6 +809,7 @@ POD_FIELDS = (
     "finished_at",
     "gpu_uuids",
     "gpu_indices",
+    "gpu_group",
     "exit_code",
     "reason",
     "message",
@@ -796,6 +839,7 @@ def job_record_pods(*, job_id: int, records: list[Any], present_uids: set[str]) 
                     finished_at=record.finished_at,
                     gpu_uuids=record.gpu_uuids,
                     gpu_indices=record.gpu_indices,
+                    gpu_group=getattr(record, "gpu_group", "")[:64],
                     exit_code=record.exit_code,
                     reason=record.reason[:64],
                     message=record.message,

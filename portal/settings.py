@@ -241,6 +241,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RoleEnum": "tenants.models.Role",
         "GangBackendEnum": "tenants.models.GangBackend",
+        "SchedulerEnum": "quotas.models.PoolScheduler",
         "JobStateEnum": "jobs.states.JobState",
         "PriorityEnum": "quotas.models.PriorityName",
         "JobKindEnum": "jobs.models.JobKind",

@@ -267,6 +267,8 @@ def read_snapshot(job: Job, *, with_pods: bool = False) -> ClusterSnapshot:
             expected_pods=job.pods,
         )
     batch_job = kube.get("batch/v1", "Job", name, ns)
+    if job.backend == "kai":
+        return _kai_snapshot(job, batch_job, ns)
     workload = None
     if batch_job is not None:
         uid = batch_job["metadata"].get("uid", "")
@@ -283,6 +285,24 @@ def read_snapshot(job: Job, *, with_pods: bool = False) -> ClusterSnapshot:
         workload=workload,
         pods=pods,
         expected_pods=job.pods,
+    )
+
+
+KAI_PODGROUP_API = "scheduling.run.ai/v2alpha2"
+
+
+def _kai_snapshot(job: Job, batch_job: dict[str, Any] | None, ns: str) -> ClusterSnapshot:
+    """A KAI job: its Job, its pods (KAI binds them one by one) and the PodGroup KAI's
+    podgrouper made for the Job (owned by it)."""
+    pods = kube.list_objects("v1", "Pod", namespace=ns, label_selector=job_selector(job.pk))
+    podgroup = None
+    if batch_job is not None:
+        uid = batch_job["metadata"].get("uid", "")
+        podgroup = _by_owner_uid(kube.list_objects(KAI_PODGROUP_API, "PodGroup", namespace=ns)).get(
+            uid
+        )
+    return ClusterSnapshot(
+        backend="kai", primary=batch_job, podgroup=podgroup, pods=pods, expected_pods=job.pods
     )
 
 
@@ -430,8 +450,26 @@ def _by_owner_uid(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def _namespace_snapshots(namespace: str, jobs: list[Job]) -> dict[int, ClusterSnapshot]:
     """Snapshots of many jobs of one namespace from a handful of LIST calls."""
     snapshots: dict[int, ClusterSnapshot] = {}
-    kueue_jobs = [j for j in jobs if j.backend != "volcano"]
+    kueue_jobs = [j for j in jobs if j.backend not in ("volcano", "kai")]
     volcano_jobs = [j for j in jobs if j.backend == "volcano"]
+    kai_jobs = [j for j in jobs if j.backend == "kai"]
+    if kai_jobs:
+        batch = _by_job_id(kube.list_owned("batch/v1", "Job", namespace=namespace))
+        groups = _by_owner_uid(kube.list_objects(KAI_PODGROUP_API, "PodGroup", namespace=namespace))
+        pods_by_job: dict[str, list[dict[str, Any]]] = {}
+        for pod in kube.list_owned("v1", "Pod", namespace=namespace):
+            job_id = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_ID_KEY)
+            pods_by_job.setdefault(job_id or "", []).append(pod)
+        for job in kai_jobs:
+            primary = batch.get(str(job.pk))
+            uid = (primary or {}).get("metadata", {}).get("uid", "")
+            snapshots[job.pk] = ClusterSnapshot(
+                backend="kai",
+                primary=primary,
+                podgroup=groups.get(uid) if uid else None,
+                pods=pods_by_job.get(str(job.pk), []),
+                expected_pods=job.pods,
+            )
     if kueue_jobs:
         batch = _by_job_id(kube.list_owned("batch/v1", "Job", namespace=namespace))
         workloads = _by_owner_uid(
