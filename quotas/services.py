@@ -18,7 +18,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from audit.services import created, diff, record, removed, snapshot
@@ -48,12 +48,40 @@ POOL_FIELDS = (
     "default_memory",
     "max_shm_size",
     "max_termination_grace_seconds",
+    "scheduler",
+    "kai_fractions_allowed",
+    "kai_fraction_step",
+    "gpu_memory_mib",
+    "kai_over_quota_weight",
 )
 
 
 def _raise(errors: Mapping[str, list[str]]) -> None:
     if errors:
         raise ValidationError(dict(errors))
+
+
+def scheduler_change_error(pool: GpuPool, scheduler: str) -> str | None:
+    """Why ``pool`` cannot move to ``scheduler`` now: its active jobs were submitted to the old
+    scheduler's objects, which the quota sync would remove under them."""
+    from jobs.models import Job
+
+    if not pool.pk:
+        return None
+    current = GpuPool.objects.filter(pk=pool.pk).values_list("scheduler", flat=True).first()
+    if current is None or current == scheduler:
+        return None
+    active = (
+        Job.objects.active()
+        .filter(Q(pool_id=pool.pk) | Q(eligible_pools__contains=[pool.slug]))
+        .count()
+    )
+    if not active:
+        return None
+    return (
+        f"Pool {pool.slug} has {active} active job{'s' if active != 1 else ''} on its current "
+        f"scheduler ({current}); change the scheduler once they have finished or been cancelled."
+    )
 
 
 def pool_conflicts(pool: GpuPool) -> dict[str, list[str]]:
@@ -177,8 +205,10 @@ def pool_create(
     default_memory: str = "64Gi",
     max_shm_size: str = "64Gi",
     max_termination_grace_seconds: int = 600,
+    **kai: Any,
 ) -> GpuPool:
-    """Create a pool; empty node_labels select its nodes by the GFD product label."""
+    """Create a pool; empty node_labels select its nodes by the GFD product label. ``kai``:
+    scheduler, kai_fractions_allowed, kai_fraction_step, gpu_memory_mib, kai_over_quota_weight."""
     _require_staff(actor, "create GPU pools")
     pool = GpuPool(
         slug=slug,
@@ -193,6 +223,11 @@ def pool_create(
         max_shm_size=max_shm_size,
         max_termination_grace_seconds=max_termination_grace_seconds,
     )
+    unknown = sorted(set(kai) - set(POOL_FIELDS))
+    if unknown:
+        raise TypeError(f"pool_create does not take {', '.join(unknown)}")
+    for name, value in kai.items():
+        setattr(pool, name, value)
     pool.full_clean()
     _raise(pool_conflicts(pool))
     pool.save()
@@ -215,6 +250,10 @@ def pool_update(*, actor: Any, pool: GpuPool, **changes: Any) -> GpuPool:
         raise TypeError(f"pool_update cannot change {', '.join(unknown)}")
     pool = GpuPool.objects.select_for_update().get(pk=pool.pk)
     before = snapshot(pool, list(changes))
+    if "scheduler" in changes:
+        error = scheduler_change_error(pool, changes["scheduler"])
+        if error:
+            raise ValidationError({"scheduler": [error]})
     for name, value in changes.items():
         setattr(pool, name, value)
     pool.full_clean()
@@ -245,8 +284,10 @@ def quota_set(
     resource: str = FULL_GPU,
     nominal: int,
     borrowing_limit: int | None = None,
+    over_quota_weight: int | None = None,
 ) -> ProjectQuota:
-    """Create or change a project's quota for one resource in one pool."""
+    """Create or change a project's quota for one resource in one pool (over_quota_weight: KAI
+    pools only, None = the pool's weight)."""
     _require_staff(actor, "set quotas")
     _lock_department_cap(department_id=project.department_id, pool=pool, resource=resource)
     quota = (
@@ -255,12 +296,13 @@ def quota_set(
         .first()
     ) or ProjectQuota(project=project, pool=pool, resource=resource)
     before = (
-        snapshot(quota, ["nominal", "borrowing_limit"])
+        snapshot(quota, ["nominal", "borrowing_limit", "over_quota_weight"])
         if quota.pk
-        else {"nominal": None, "borrowing_limit": None}
+        else {"nominal": None, "borrowing_limit": None, "over_quota_weight": None}
     )
     quota.nominal = nominal
     quota.borrowing_limit = borrowing_limit
+    quota.over_quota_weight = over_quota_weight
     quota.full_clean()
     _raise(project_quota_conflicts(quota))
     quota.save()
@@ -269,7 +311,7 @@ def quota_set(
         actor=actor,
         target=quota,
         project=project,
-        changes=diff(before, snapshot(quota, ["nominal", "borrowing_limit"])),
+        changes=diff(before, snapshot(quota, ["nominal", "borrowing_limit", "over_quota_weight"])),
         detail=f"pool {pool.slug}, {resource}",
     )
     audit.info(

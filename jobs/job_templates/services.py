@@ -38,6 +38,8 @@ TEMPLATE_FIELDS = (
     "priority",
     "max_runtime_minutes",
     "backend",
+    "gpu_fraction",
+    "gpu_memory",
 )
 
 

@@ -14,7 +14,13 @@ from jobs.arrays.services import array_submit
 from jobs.job_templates.services import template_create, template_list_visible_to
 from jobs.redact import redact_manifests
 from jobs.render import manifests_yaml
-from jobs.selectors import job_events, job_list_visible_to, job_manifests, pool_facts_for_project
+from jobs.selectors import (
+    job_events,
+    job_list_visible_to,
+    job_manifests,
+    pods_with_shares,
+    pool_facts_for_project,
+)
 from jobs.services import InvalidTransition, job_cancel, job_request_from, job_submit
 from jobs.submission import form_advanced, page_selectors
 from jobs.submission.feasibility import feasibility
@@ -67,7 +73,7 @@ class JobDetailView(LoginRequiredMixin, View):
         context = {
             "job": job,
             "events": job_events(job=job),
-            "pods": job.pod_records.all(),
+            "pods": pods_with_shares(job=job),
             "can_write": can_write(request.user, job.project),
             "summary": _summary(job),
         }
