@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
+from audit.services import created, diff, record, removed, snapshot
 from quotas import arithmetic
 from quotas.models import (
     FULL_GPU,
@@ -230,6 +231,12 @@ def pool_create(
     pool.full_clean()
     _raise(pool_conflicts(pool))
     pool.save()
+    record(
+        "pool.create",
+        actor=actor,
+        target=pool,
+        changes=created(snapshot(pool, list(POOL_FIELDS))),
+    )
     audit.info("pool_create actor=%s pool=%s model=%s", _actor_name(actor), slug, pool.gpu_model)
     return pool
 
@@ -242,6 +249,7 @@ def pool_update(*, actor: Any, pool: GpuPool, **changes: Any) -> GpuPool:
     if unknown:
         raise TypeError(f"pool_update cannot change {', '.join(unknown)}")
     pool = GpuPool.objects.select_for_update().get(pk=pool.pk)
+    before = snapshot(pool, list(changes))
     if "scheduler" in changes:
         error = scheduler_change_error(pool, changes["scheduler"])
         if error:
@@ -251,6 +259,9 @@ def pool_update(*, actor: Any, pool: GpuPool, **changes: Any) -> GpuPool:
     pool.full_clean()
     _raise(pool_conflicts(pool))
     pool.save()
+    record(
+        "pool.change", actor=actor, target=pool, changes=diff(before, snapshot(pool, list(changes)))
+    )
     audit.info("pool_update actor=%s pool=%s fields=%s", _actor_name(actor), pool.slug, changes)
     return pool
 
@@ -284,12 +295,25 @@ def quota_set(
         .filter(project=project, pool=pool, resource=resource)
         .first()
     ) or ProjectQuota(project=project, pool=pool, resource=resource)
+    before = (
+        snapshot(quota, ["nominal", "borrowing_limit", "over_quota_weight"])
+        if quota.pk
+        else {"nominal": None, "borrowing_limit": None, "over_quota_weight": None}
+    )
     quota.nominal = nominal
     quota.borrowing_limit = borrowing_limit
     quota.over_quota_weight = over_quota_weight
     quota.full_clean()
     _raise(project_quota_conflicts(quota))
     quota.save()
+    record(
+        "quota.create" if before["nominal"] is None else "quota.change",
+        actor=actor,
+        target=quota,
+        project=project,
+        changes=diff(before, snapshot(quota, ["nominal", "borrowing_limit", "over_quota_weight"])),
+        detail=f"pool {pool.slug}, {resource}",
+    )
     audit.info(
         "quota_set actor=%s project=%s pool=%s resource=%s nominal=%s borrowing_limit=%s",
         _actor_name(actor),
@@ -306,8 +330,21 @@ def quota_set(
 def quota_delete(*, actor: Any, project: Project, pool: GpuPool, resource: str = FULL_GPU) -> bool:
     """Remove a project's quota; True when there was one."""
     _require_staff(actor, "delete quotas")
-    deleted, _ = ProjectQuota.objects.filter(project=project, pool=pool, resource=resource).delete()
+    quota = ProjectQuota.objects.filter(project=project, pool=pool, resource=resource).first()
+    deleted = 0
+    if quota is not None:
+        target = (quota._meta.label_lower, quota.pk, str(quota))
+        old = snapshot(quota, ["nominal", "borrowing_limit"])
+        deleted, _ = ProjectQuota.objects.filter(pk=quota.pk).delete()
     if deleted:
+        record(
+            "quota.delete",
+            actor=actor,
+            target=target,
+            project=project,
+            changes=removed(old),
+            detail=f"pool {pool.slug}, {resource}",
+        )
         audit.info(
             "quota_delete actor=%s project=%s pool=%s resource=%s",
             _actor_name(actor),
@@ -329,10 +366,18 @@ def department_quota_set(
         .filter(department=department, pool=pool, resource=resource)
         .first()
     ) or DepartmentQuota(department=department, pool=pool, resource=resource)
+    before = {"limit": cap.limit if cap.pk else None}
     cap.limit = limit
     cap.full_clean()
     _raise(department_quota_conflicts(cap))
     cap.save()
+    record(
+        "department_quota.create" if before["limit"] is None else "department_quota.change",
+        actor=actor,
+        target=cap,
+        changes=diff(before, {"limit": limit}),
+        detail=f"department {department.slug}, pool {pool.slug}, {resource}",
+    )
     audit.info(
         "department_quota_set actor=%s department=%s pool=%s resource=%s limit=%s",
         _actor_name(actor),
@@ -350,10 +395,16 @@ def department_quota_delete(
 ) -> bool:
     """Remove a department's cap; True when there was one."""
     _require_staff(actor, "delete department quotas")
-    deleted, _ = DepartmentQuota.objects.filter(
-        department=department, pool=pool, resource=resource
-    ).delete()
+    caps = DepartmentQuota.objects.filter(department=department, pool=pool, resource=resource)
+    old = caps.values_list("limit", flat=True).first()
+    deleted, _ = caps.delete()
     if deleted:
+        record(
+            "department_quota.delete",
+            actor=actor,
+            target=("quotas.departmentquota", "", f"{department.slug}/{pool.slug}/{resource}"),
+            changes=removed({"limit": old}),
+        )
         audit.info(
             "department_quota_delete actor=%s department=%s pool=%s resource=%s",
             _actor_name(actor),
@@ -369,7 +420,9 @@ def pool_delete(*, actor: Any, pool: GpuPool) -> None:
     """Remove a pool with its quotas and caps (the next quota sync removes its flavor)."""
     _require_staff(actor, "delete GPU pools")
     slug = pool.slug
+    target = ("quotas.gpupool", pool.pk, str(pool))
     GpuPool.objects.filter(pk=pool.pk).delete()
+    record("pool.delete", actor=actor, target=target, detail=f"pool {slug} and its quotas")
     audit.info("pool_delete actor=%s pool=%s", _actor_name(actor), slug)
 
 
@@ -384,10 +437,17 @@ def priority_class_update(*, actor: Any, priority: PriorityClass, **changes: Any
     if unknown:
         raise TypeError(f"priority_class_update cannot change {', '.join(unknown)}")
     priority = PriorityClass.objects.select_for_update().get(pk=priority.pk)
+    before = snapshot(priority, list(changes))
     for name, value in changes.items():
         setattr(priority, name, value)
     priority.full_clean()
     priority.save()
+    record(
+        "priority_class.change",
+        actor=actor,
+        target=priority,
+        changes=diff(before, snapshot(priority, list(changes))),
+    )
     audit.info(
         "priority_class_update actor=%s priority=%s fields=%s",
         _actor_name(actor),

@@ -503,7 +503,11 @@ class JobViewSet(
             }
             return Response(body, status=status.HTTP_200_OK)
         # The stored job as it is in memory (no re-read): its one event is the submission.
-        data = JobSerializer(outcome.job, context=self.get_serializer_context()).data
+        context = self.get_serializer_context()
+        # job_submit has just checked that the submitter may write in the project: the env's
+        # values are theirs to read without asking the database again.
+        context["_env_readable"] = {outcome.job.project_id: True}
+        data = JobSerializer(outcome.job, context=context).data
         data["events"] = JobEventSerializer(outcome.events, many=True).data
         # Advice (e.g. a plain value that looks like a credential); the job was stored.
         data["warnings"] = outcome.warnings

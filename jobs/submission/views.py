@@ -168,6 +168,17 @@ def _initial_for(request) -> dict:
     return {k: v for k, v in request.GET.items() if k in JobSubmitForm.base_fields}
 
 
+def _again_id(request) -> str:
+    value = request.POST.get("again") or request.GET.get("again") or ""
+    return value if value.isdigit() else ""
+
+
+def _resubmitted_job(request):
+    """The job a "submit again" submission repeats, when the user can see it; else None."""
+    again = _again_id(request)
+    return job_list_visible_to(user=request.user).filter(pk=int(again)).first() if again else None
+
+
 def _render_submit(request, form, projects, *, save_form=None, status=200):
     templates = page_selectors.templates_for_projects(projects=projects)
     context = {
@@ -178,6 +189,8 @@ def _render_submit(request, form, projects, *, save_form=None, status=200):
         "no_projects": not projects,
         # planner: the waiting job this submission would replace (cancelled only if ticked)
         "replaces": replaced_job(request),
+        # "submit again": kept through the POST so the audit trail says job.resubmit
+        "again_of": _again_id(request),
     }
     return render(request, "jobs/submit.html", context, status=status)
 
@@ -203,7 +216,11 @@ class JobSubmitView(LoginRequiredMixin, View):
                 messages.success(request, f"Array {array.name} of {array.count} jobs submitted.")
                 return redirect("job-array-detail", pk=array.pk)
             outcome = job_submit(
-                actor=request.user, project=form.cleaned_data["project"], data=data, source="ui"
+                actor=request.user,
+                project=form.cleaned_data["project"],
+                data=data,
+                source="ui",
+                resubmit_of=_resubmitted_job(request),
             )
         except ValidationError as exc:
             form.add_api_errors(exc.message_dict)
