@@ -335,6 +335,8 @@ _NOISE = frozenset(
         "Stopped",
         "CreatedWorkload",
         "Scheduled-Volcano",
+        "Bound",  # KAI's binder: the pod's placement already has its line
+        "Pipelined",
     }
 )
 
@@ -371,6 +373,16 @@ def event_sentence(reason: str, message: str, *, kind: str = "", name: str = "")
             cause = "a higher-priority job of the same project"
         return f"The job was preempted to make room for {cause}; it goes back to the queue."
     if reason == "Evict":
+        if "higher priority workload" in text:  # KAI: preempted inside the project's queue
+            return (
+                "KAI Scheduler preempted the job for a higher-priority job of the project; it "
+                "goes back to the queue."
+            )
+        if "was preempted by workload" in text:  # KAI: reclaimed by another queue
+            return (
+                "KAI Scheduler preempted the job: another project took back the GPUs it is "
+                "guaranteed; the job goes back to the queue."
+            )
         return "The job was preempted by the gang scheduler; it restarts when there is room."
     if reason in ("Evicted", "EvictedDueToPodsReadyTimeout", "PodsReadyTimeout"):
         return f"The job was evicted: {text}" if text else "The job was evicted."

@@ -31,6 +31,9 @@ def healthz(request: HttpRequest) -> JsonResponse:
     body: dict = {"status": "ok", "database": "ok"}
     try:
         backends = discovery.all_backends(max_age=0)
+        if not _kai_pools_exist():
+            # KAI Scheduler is needed only by pools that run on it: its absence is no fault.
+            backends = [b for b in backends if b.backend != "kai"]
     except KubeError as exc:
         body.update(status="error", kubernetes=exc.message)
         return JsonResponse(body, status=503)
@@ -45,6 +48,12 @@ def healthz(request: HttpRequest) -> JsonResponse:
     if not all(b.installed for b in backends):
         body["status"] = "degraded"
     return JsonResponse(body)
+
+
+def _kai_pools_exist() -> bool:
+    from quotas.models import GpuPool, PoolScheduler
+
+    return GpuPool.objects.filter(scheduler=PoolScheduler.KAI).exists()
 
 
 def livez(request: HttpRequest) -> JsonResponse:

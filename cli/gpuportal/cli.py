@@ -237,7 +237,7 @@ def projects(client: Client, as_json: bool) -> None:
 @json_option
 @api
 def pools(client: Client, as_json: bool) -> None:
-    """GPU pools: model, capacity, free GPUs and MIG profiles."""
+    """GPU pools: model, scheduler, capacity, free GPUs, MIG profiles and GPU fractions."""
     items = client.all_pages("/api/v1/pools/")
     if as_json:
         emit_json(items)
@@ -246,14 +246,20 @@ def pools(client: Client, as_json: bool) -> None:
         [
             pool["slug"],
             pool.get("gpu_model"),
+            pool.get("scheduler") or "kueue",
             pool.get("node_count"),
             pool.get("total_gpus"),
             pool.get("free_gpus"),
             ", ".join(pool.get("mig_profiles") or []) or "-",
+            f"steps of {pool.get('fraction_step')}" if pool.get("fractions_allowed") else "-",
         ]
         for pool in items
     ]
-    echo_table(["pool", "gpu model", "nodes", "gpus", "free", "mig profiles"], rows, "No pools.")
+    echo_table(
+        ["pool", "gpu model", "scheduler", "nodes", "gpus", "free", "mig profiles", "fractions"],
+        rows,
+        "No pools.",
+    )
 
 
 # --- submit ---------------------------------------------------------------------------------

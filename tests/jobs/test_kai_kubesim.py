@@ -123,6 +123,17 @@ def _record_pods(job) -> None:
     job_record_pods(job_id=job.pk, records=records, present_uids={r.uid for r in records})
 
 
+def _collect_metrics():
+    from django.conf import settings
+
+    from gpumetrics import services
+    from portal.kube.metrics import reset_scrape_clients
+
+    settings.PORTAL_METRICS_PERIOD_SECONDS = 15
+    reset_scrape_clients()
+    return services.collect(now=int(time.time()))
+
+
 def _reconcile_all(jobs, rounds=1):
     from jobs.reconcile.services import job_reconcile
 
@@ -190,7 +201,8 @@ def test_a_rejected_kai_queue_is_reported_and_nothing_is_deleted(kai_org, monkey
 
 
 def test_half_gpus_share_one_gpu_and_a_third_fits_only_if_small_enough(kai_org):
-    from jobs.models import Job
+    from gpumetrics.models import JobGpu
+    from jobs.models import Job, JobEvent
     from jobs.selectors import pods_with_shares
 
     a = _submit(kai_org, "alpha", kind="single", gpu_fraction=0.5, command=SHORT)
@@ -210,6 +222,15 @@ def test_half_gpus_share_one_gpu_and_a_third_fits_only_if_small_enough(kai_org):
     half = _submit(kai_org, "alpha", kind="single", gpu_fraction=0.5, command=LONG)
     quarter = _submit(kai_org, "alpha", kind="single", gpu_fraction=0.25, command=LONG)
     _wait_states([half, quarter], ["running", "running"])
+    # The exporter shows the shared GPU under KAI's reservation pod: both jobs get it, and the
+    # isolation check stays quiet about a GPU shared by design.
+    shared = _shared_gpu(half)
+    _record_pods(half)
+    _record_pods(quarter)
+    _collect_metrics()
+    for job in (half, quarter):
+        assert [d.gpu_uuid for d in JobGpu.objects.filter(job=job)] == [shared]
+    assert not JobEvent.objects.filter(reason="IsolationCheck").exists()
     late_half = _submit(kai_org, "alpha", kind="single", gpu_fraction=0.5, command=LONG)
     late_quarter = _submit(kai_org, "alpha", kind="single", gpu_fraction=0.25, command=LONG)
     _wait_states([late_quarter], ["running"])
@@ -220,7 +241,29 @@ def test_half_gpus_share_one_gpu_and_a_third_fits_only_if_small_enough(kai_org):
     assert not any((p.get("spec") or {}).get("nodeName") for p in _pods(late_half))
 
 
-def test_a_kai_gang_starts_whole_or_not_at_all(kai_org):
+def _isolation_warns_for_a_whole_gpu_in_two_jobs(kai_cluster, whole, other) -> None:
+    """Force the exporter to report the whole GPU of `whole` in a pod of `other` too."""
+    from jobs.models import JobEvent
+
+    (pod,) = _pods(whole)
+    uuid = pod["metadata"]["annotations"]["kubesim.dev/gpu-uuids"].split(",")[0]
+    node, namespace = pod["spec"]["nodeName"], whole.project.namespace
+    line = (
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="7",UUID="{uuid}",pci_bus_id="00000000:DB:00.0",'
+        f'device="nvidia7",modelName="NVIDIA H100 80GB HBM3",Hostname="{node}",'
+        f'DCGM_FI_DRIVER_VERSION="550.54.15",container="trainer",namespace="{namespace}",'
+        f'pod="gp-job-{other.pk}-0-forced"}} 50'
+    )
+    kai_cluster.admin("/kubesim/dcgm/garbage", {"node": node, "lines": [line]})
+    try:
+        _collect_metrics()
+    finally:
+        kai_cluster.admin("/kubesim/dcgm/garbage", {"node": node, "lines": []})
+    warned = set(JobEvent.objects.filter(reason="IsolationCheck").values_list("job_id", flat=True))
+    assert warned == {whole.pk, other.pk}
+
+
+def test_a_kai_gang_starts_whole_or_not_at_all(kai_org, kai_cluster):
     from jobs.models import Job
     from jobs.reconcile.services import job_reconcile
     from jobs.services import job_cancel

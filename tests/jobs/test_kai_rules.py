@@ -415,3 +415,14 @@ def test_a_kai_queues_use_counts_fractions_as_kai_does():
     )
     department = {**queue, "metadata": {"name": "gp-dept-rs.kai", "labels": {}}}
     assert kai_queue_rows(department) == []
+
+
+@pytest.mark.parametrize(
+    ("message", "words"),
+    [
+        ("Pod gp-a/p was preempted by workload gp-b/pg-x. Queue gp-b.kai: …", "took back"),
+        ("Pod gp-a/p was preempted by higher priority workload gp-a/pg-y.", "higher-priority"),
+    ],
+)
+def test_kai_evictions_in_the_timeline(message, words):
+    assert words in explain.event_sentence("Evict", message, kind="PodGroup", name="pg-gp-job-1")

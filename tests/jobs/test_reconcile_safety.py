@@ -263,5 +263,11 @@ def test_healthz_deep_is_ok_when_the_cluster_serves_every_backend(org, client):
     assert {name: b["installed"] for name, b in body["backends"].items()} == {
         "kueue": True,
         "volcano": True,
-        "kai": True,  # kubesim serves KAI's CRDs too (portal.kube.discovery knows all three)
     }
+    # KAI Scheduler is reported while a pool runs on it (kubesim serves its CRDs too).
+    from tests.factories import GpuPoolFactory
+
+    GpuPoolFactory(slug="kai-health", scheduler="kai")
+    body = client.get("/healthz?deep=1").json()
+    assert body["status"] == "ok"
+    assert body["backends"]["kai"]["installed"] is True

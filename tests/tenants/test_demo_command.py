@@ -110,10 +110,11 @@ def test_manage_py_demo_serves_until_interrupted(tmp_path: Path):
         # The sample jobs reach the simulated cluster through the worker, with no broker server.
         kubeconfig = tmp_path / "var" / "kubesim" / "kubeconfig"
         job_names = []
-        while time.monotonic() < deadline and len(job_names) < 3:
+        # vision's: two Kueue jobs, one that queues, and the two half-GPU notebooks on KAI
+        while time.monotonic() < deadline and len(job_names) < 5:
             job_names = _batch_jobs_in(kubeconfig, "gp-vision")
             time.sleep(0.5)
-        assert len(job_names) == 3, job_names
+        assert len(job_names) == 5, job_names
         process.send_signal(signal.SIGINT)
         output, _ = process.communicate(timeout=30)
     finally:
@@ -122,7 +123,7 @@ def test_manage_py_demo_serves_until_interrupted(tmp_path: Path):
             process.communicate()
     assert process.returncode == 0, output
     assert "vision-admin" in output
-    assert "Submitted 5 sample jobs." in output
+    assert "Submitted 7 sample jobs." in output
     assert "Demo stopped." in output
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0  # runserver is gone

@@ -98,4 +98,5 @@ def test_demo_quotas_borrow(demo):
         ("a100", "gpu", 4, 4, 8),
         ("h100", "gpu", 8, 4, 12),
         ("h100", "1g.10gb", 14, 7, 21),
+        ("l40s-kai", "gpu", 2, None, 4),  # the KAI pool: may borrow nlp's idle 2
     ]
