@@ -79,6 +79,9 @@ class JobManifestInput:
     secret_env: tuple[SecretEnv, ...] = ()
     secret_files: tuple[SecretFile, ...] = ()
     image_pull_secrets: tuple[str, ...] = ()
+    # Issue 26: the whole-GPU resource of the job's pool (nvidia.com/gpu.shared when the device
+    # plugin renames shared GPUs).
+    gpu_resource: str = GPU_RESOURCE
 
 
 SHM_VOLUME = "dshm"
@@ -109,7 +112,7 @@ def job_selector(job_id: int) -> str:
 def _accelerator_limits(spec: JobManifestInput) -> dict[str, str]:
     if spec.kind == "mig":
         return {spec.mig_resource: "1"}
-    return {GPU_RESOURCE: str(spec.gpus)}
+    return {spec.gpu_resource: str(spec.gpus)}
 
 
 def _env_list(spec: JobManifestInput, extra: list[dict[str, Any]]) -> list[dict[str, Any]]:

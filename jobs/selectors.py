@@ -8,12 +8,12 @@ from django.db.models import Q, QuerySet, Sum
 from credentials.models import Credential
 from jobs import manifests as job_manifests_module
 from jobs import secret_refs
-from jobs.manifests import JobManifestInput
+from jobs.manifests import GPU_RESOURCE, JobManifestInput
 from jobs.models import Job, JobKind, QueueUsage
 from jobs.mounts import default_shm_bytes
 from jobs.states import ACTIVE
 from jobs.validation import PoolFacts, format_quantity, parse_quantity
-from quotas import arithmetic, mig
+from quotas import arithmetic, mig, sharing
 from quotas.models import DepartmentQuota, GpuPool, ProjectQuota
 from tenants.models import Membership, PodSecurity, Project
 from tenants.permissions import WRITER_ROLES
@@ -84,6 +84,10 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
             "pool__default_memory",
             "pool__max_shm_size",
             "pool__max_termination_grace_seconds",
+            "pool__sharing_mode",
+            "pool__sharing_replicas",
+            "pool__sharing_fail_requests_greater_than_one",
+            "pool__dra_managed",
         )
     )
     caps = {
@@ -99,7 +103,8 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
     for project_id, pool_id, resource, nominal, borrowing, *pool in rows:
         if project_id != project.pk:
             continue
-        slug, model, per_node, nodes, profiles, cpu, memory, max_shm, max_grace = pool
+        slug, model, per_node, nodes, profiles, cpu, memory, max_shm, max_grace, *shared = pool
+        mode, replicas, fail_gt_one, dra = shared
         fact = facts.setdefault(
             pool_id,
             PoolFacts(
@@ -114,6 +119,12 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
                 max_termination_grace_seconds=max_grace,
                 maximum={},
                 guaranteed={},
+                sharing_mode=mode,
+                replicas_per_gpu=sharing.replicas_per_gpu(mode, replicas),
+                fail_requests_greater_than_one=sharing.fail_requests_greater_than_one(
+                    mode, fail_gt_one
+                ),
+                dra_managed=dra,
             ),
         )
         usable = arithmetic.usable_amount(
@@ -192,6 +203,7 @@ def manifest_input_for_job(job: Job, *, job_id: int | None = None) -> JobManifes
         image_pull_secrets=_pull_secrets(job),
         gpus=job.gpus,
         mig_resource=mig.resource_name(job.mig_profile) if job.kind == JobKind.MIG else "",
+        gpu_resource=job.pool.gpu_resource if job.pool_id else GPU_RESOURCE,
         replicas=job.replicas,
         cpu=job.cpu,
         memory=job.memory,

@@ -73,6 +73,16 @@ class PoolFacts:
     guaranteed: dict[str, int] = field(default_factory=dict)  # resource → nominal (guaranteed)
     max_shm_size: str = "64Gi"
     max_termination_grace_seconds: int = 600
+    # Issue 26: sharing (quotas.sharing). A shared or DRA pool is chosen only when named.
+    sharing_mode: str = "exclusive"
+    replicas_per_gpu: int = 1
+    fail_requests_greater_than_one: bool = False
+    dra_managed: bool = False
+
+    @property
+    def opt_in(self) -> bool:
+        """Jobs land here only when the user names the pool: its isolation differs."""
+        return self.replicas_per_gpu > 1 or self.dra_managed
 
 
 @dataclass(frozen=True)
@@ -343,6 +353,39 @@ def _resolve_pools(
                 f"its pools: {_pools_listing(pools)}.",
             )
             return []
+    else:
+        # Shared and DRA pools isolate jobs differently: a job goes there only when asked to.
+        candidates = [p for p in pools if not p.opt_in]
+        if not candidates:
+            result.add(
+                "pool",
+                f"Project {req.project_slug} has quota only in pools whose GPUs are shared or "
+                f"DRA-managed ({_pools_listing(pools)}); name one of them.",
+            )
+            return []
+    shared = [p for p in candidates if p.replicas_per_gpu > 1]
+    if shared and req.kind == "gang":
+        result.add(
+            "kind",
+            f"Pool {shared[0].slug} shares its GPUs ({shared[0].sharing_mode}); gang jobs need "
+            "whole GPUs: choose an exclusive pool.",
+        )
+        return []
+    if shared and req.kind in ("single",) and r.gpus > 1:
+        pool = shared[0]
+        if pool.fail_requests_greater_than_one:
+            result.add(
+                "gpus",
+                f"Pool {pool.slug} is {pool.sharing_mode} with failRequestsGreaterThanOne: a pod "
+                f"may ask for 1 share only (got {r.gpus}); the device plugin refuses more.",
+            )
+        else:
+            result.add(
+                "gpus",
+                f"Pool {pool.slug} is {pool.sharing_mode}: more shares of a GPU give no more "
+                f"compute and no memory isolation; ask for 1 (got {r.gpus}).",
+            )
+        return []
     if req.kind == "mig" and req.mig_profile:
         offered = []
         reasons = []
@@ -392,7 +435,12 @@ def _check_admissible(
     limits = []
     for pool in candidates:
         maximum = pool.maximum.get(resource, 0)
-        capacity = pool.gpus_per_node * pool.node_count if resource == FULL_GPU else None
+        # a shared pool holds replicas_per_gpu jobs per GPU; its quota counts shares
+        capacity = (
+            pool.gpus_per_node * pool.node_count * pool.replicas_per_gpu
+            if resource == FULL_GPU
+            else None
+        )
         if needed <= maximum and (capacity is None or needed <= capacity):
             admissible.append(pool)
         else:

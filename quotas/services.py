@@ -48,6 +48,17 @@ POOL_FIELDS = (
     "max_shm_size",
     "max_termination_grace_seconds",
 )
+# Issue 26: how the pool shares its GPUs (quotas.sharing); kept apart so they merge cleanly.
+SHARING_FIELDS = (
+    "sharing_mode",
+    "sharing_replicas",
+    "sharing_rename",
+    "sharing_fail_requests_greater_than_one",
+    "mps_memory_limit",
+    "dra_managed",
+    "dra_feature_gates",
+)
+POOL_FIELDS = POOL_FIELDS + SHARING_FIELDS
 
 
 def _raise(errors: Mapping[str, list[str]]) -> None:
@@ -176,9 +187,14 @@ def pool_create(
     default_memory: str = "64Gi",
     max_shm_size: str = "64Gi",
     max_termination_grace_seconds: int = 600,
+    **sharing_options: Any,
 ) -> GpuPool:
-    """Create a pool; empty node_labels select its nodes by the GFD product label."""
+    """Create a pool; empty node_labels select its nodes by the GFD product label.
+    ``sharing_options`` are the SHARING_FIELDS (default: exclusive, not DRA-managed)."""
     _require_staff(actor, "create GPU pools")
+    unknown = sorted(set(sharing_options) - set(SHARING_FIELDS))
+    if unknown:
+        raise TypeError(f"pool_create got unexpected fields {', '.join(unknown)}")
     pool = GpuPool(
         slug=slug,
         name=name,
@@ -191,6 +207,7 @@ def pool_create(
         default_memory=default_memory,
         max_shm_size=max_shm_size,
         max_termination_grace_seconds=max_termination_grace_seconds,
+        **sharing_options,
     )
     pool.full_clean()
     _raise(pool_conflicts(pool))
