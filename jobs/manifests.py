@@ -82,6 +82,8 @@ class JobManifestInput:
     # Issue 26: the whole-GPU resource of the job's pool (nvidia.com/gpu.shared when the device
     # plugin renames shared GPUs).
     gpu_resource: str = GPU_RESOURCE
+    # A DRA-managed pool: the job's ResourceClaimTemplate instead of an extended resource.
+    dra_claim_template: dict[str, Any] | None = None
 
 
 SHM_VOLUME = "dshm"
@@ -110,6 +112,8 @@ def job_selector(job_id: int) -> str:
 
 
 def _accelerator_limits(spec: JobManifestInput) -> dict[str, str]:
+    if spec.dra_claim_template is not None:
+        return {}  # the device comes from the claim
     if spec.kind == "mig":
         return {spec.mig_resource: "1"}
     return {spec.gpu_resource: str(spec.gpus)}
@@ -204,6 +208,8 @@ def _container(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
+    if spec.dra_claim_template is not None:
+        container["resources"]["claims"] = [{"name": "gpu"}]
     if spec.command:
         container["command"] = list(spec.command)
     env = _env_list(spec, extra_env)
@@ -249,6 +255,13 @@ def _pod_spec(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[s
     volumes = pod_volumes(spec)
     if volumes:
         pod["volumes"] = volumes
+    if spec.dra_claim_template is not None:
+        pod["resourceClaims"] = [
+            {
+                "name": "gpu",
+                "resourceClaimTemplateName": spec.dra_claim_template["metadata"]["name"],
+            }
+        ]
     if spec.node_selector:
         # A chosen pool: Kueue only considers the flavor whose nodeLabels match.
         pod["nodeSelector"] = dict(sorted(spec.node_selector.items()))
@@ -489,11 +502,12 @@ def volcano_gang_job(spec: JobManifestInput) -> dict[str, Any]:
 
 def build_job_manifests(spec: JobManifestInput) -> list[dict[str, Any]]:
     """All objects of a job, in apply order (the Service before the pods that need it)."""
+    claims = [spec.dra_claim_template] if spec.dra_claim_template is not None else []
     if spec.kind == "gang":
         if spec.backend == "volcano":
-            return [volcano_gang_job(spec)]
-        return [gang_service(spec), kueue_gang_job(spec)]
-    return [kueue_batch_job(spec)]
+            return [*claims, volcano_gang_job(spec)]
+        return [*claims, gang_service(spec), kueue_gang_job(spec)]
+    return [*claims, kueue_batch_job(spec)]
 
 
 def primary_manifest(manifests: list[dict[str, Any]]) -> dict[str, Any]:

@@ -65,6 +65,8 @@ class Job(models.Model):
     secret_files = models.JSONField(default=list, blank=True)
     gpus = models.PositiveSmallIntegerField(default=0, help_text="Whole GPUs per pod.")
     mig_profile = models.CharField(max_length=32, blank=True)
+    # Issue 26: on a DRA-managed pool, the device by its attributes (jobs.device_request).
+    device_request = models.JSONField(default=dict, blank=True)
     replicas = models.PositiveSmallIntegerField(default=1)
     pool = models.ForeignKey(
         GpuPool, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
@@ -175,6 +177,14 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project.slug}/{self.name}"
+
+    @property
+    def isolation(self) -> str:
+        """Issue 26: one sentence on what sharing (or not) the job's GPU gives it."""
+        from quotas import sharing
+
+        mode = self.pool.sharing_mode if self.pool_id else sharing.EXCLUSIVE
+        return sharing.isolation_sentence(mode, mig=self.kind == JobKind.MIG)
 
     @property
     def is_terminal(self) -> bool:

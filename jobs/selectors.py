@@ -6,8 +6,8 @@ from django.conf import settings
 from django.db.models import Q, QuerySet, Sum
 
 from credentials.models import Credential
+from jobs import device_request, secret_refs
 from jobs import manifests as job_manifests_module
-from jobs import secret_refs
 from jobs.manifests import GPU_RESOURCE, JobManifestInput
 from jobs.models import Job, JobKind, QueueUsage
 from jobs.mounts import default_shm_bytes
@@ -204,6 +204,7 @@ def manifest_input_for_job(job: Job, *, job_id: int | None = None) -> JobManifes
         gpus=job.gpus,
         mig_resource=mig.resource_name(job.mig_profile) if job.kind == JobKind.MIG else "",
         gpu_resource=job.pool.gpu_resource if job.pool_id else GPU_RESOURCE,
+        dra_claim_template=_dra_claim_template(job, job_id),
         replicas=job.replicas,
         cpu=job.cpu,
         memory=job.memory,
@@ -220,6 +221,45 @@ def manifest_input_for_job(job: Job, *, job_id: int | None = None) -> JobManifes
         termination_grace_seconds=job.termination_grace_seconds,
         checkpoint_dir=job.checkpoint_dir,
         checkpoint_claim=job.checkpoint_claim,
+    )
+
+
+def _dra_claim_template(job: Job, job_id: int | None) -> dict[str, Any] | None:
+    """The job's ResourceClaimTemplate when its pool is DRA-managed (jobs.device_request)."""
+    pool = job.pool if job.pool_id else None
+    if pool is None or not pool.dra_managed:
+        return None
+    the_id = job.pk if job_id is None else job_id
+    return device_request.claim_template(
+        job_id=the_id,
+        namespace=job.project.namespace,
+        labels=job_manifests_module.job_labels(
+            JobManifestInput(
+                job_id=the_id,
+                name=job.name,
+                project_slug=job.project.slug,
+                namespace="",
+                kind=job.kind,
+                backend=job.backend,
+                image="",
+                command=(),
+                env={},
+                gpus=0,
+                mig_resource="",
+                replicas=1,
+                cpu="",
+                memory="",
+                priority="",
+                max_runtime_seconds=0,
+            )
+        ),
+        request=dict(job.device_request or {}),
+        mig_profile=job.mig_profile if job.kind == JobKind.MIG else "",
+        sharing_config=sharing.dra_sharing_config(
+            mode=pool.sharing_mode,
+            replicas=pool.sharing_replicas,
+            mps_memory_limit=pool.mps_memory_limit,
+        ),
     )
 
 

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
+from jobs import device_request, secret_refs
 from jobs import mounts as job_mounts
-from jobs import secret_refs
 from quotas import arithmetic, mig
 
 FULL_GPU = "gpu"
@@ -108,6 +108,8 @@ class JobRequest:
     termination_grace_seconds: int | None = None
     # [{"secret": credential, "path": "/mount/path"}, ...] (jobs.secret_refs checks them)
     secret_files: object = ()
+    # Issue 26: a DRA device by attributes (jobs.device_request), e.g. {"min_memory": "40Gi"}
+    device: object = None
 
 
 @dataclass
@@ -639,6 +641,13 @@ def validate_job_request(
         return result
     candidates = _resolve_pools(req, pools, result)
     if not candidates:
+        return result
+    for pool in candidates if req.device else ():
+        for name, message in device_request.errors(
+            req.device, pool_slug=pool.slug, gpu_model=pool.gpu_model, dra_managed=pool.dra_managed
+        ):
+            result.add(name, message)
+    if result.errors:
         return result
     admissible = _check_admissible(req, candidates, result)
     if not admissible:

@@ -118,7 +118,8 @@ class JobSubmitForm(forms.Form):
         label="GPU pool",
         required=False,
         widget=SelectWithReasons,
-        help_text="Where to run; by default any pool the project has quota in.",
+        help_text="Where to run; by default any exclusive pool the project has quota in (shared "
+        "and DRA-managed pools only when chosen here). MIG slices are hardware-isolated.",
     )
     cpu = forms.CharField(
         label="CPU per pod",
@@ -211,7 +212,9 @@ class JobSubmitForm(forms.Form):
         project = self.selected_project()
         pool_field = self.fields["pool"]
         pool_field.choices = [("", "Any pool of the project")] + [
-            (p.slug, f"{p.name} ({p.slug}, {p.gpu_model})") for p in pools
+            # Issue 26: each pool says, in one sentence, what isolation its GPUs give.
+            (p.slug, f"{p.name} ({p.slug}, {p.gpu_model}) — {p.isolation}")
+            for p in pools
         ]
         pool_field.widget.reasons = {
             p.slug: f"project {project} has no quota in this pool"
