@@ -5,6 +5,11 @@ and `pod`, and every pod of a portal job has a deterministic name derived from t
 (jobs.manifests.object_name: `gp-job-<id>` plus the Job/vcjob controller's suffix) in the
 project's namespace. A reading is a job's only if both the name and the namespace match the job;
 a MIG instance is identified by its parent GPU's UUID and its GPU instance id.
+
+Shared GPUs (time-slicing, MPS): by default dcgm-exporter labels a shared GPU's series with one
+of its pods only, and with KUBERNETES_VIRTUAL_GPUS one copy per pod with the same device-level
+values. Neither splits the device between pods, so a shared job's figures are the whole
+device's (SHARED_NOTE) and the portal does not invent a split.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass, field
 from gpumetrics.parsing import DeviceKey, DeviceReading
 from gpumetrics.series import UTIL
 
+SHARED_NOTE = "shared GPU: figures are for the whole device"
 _POD_NAME = re.compile(r"^gp-job-(\d+)(?:-|$)")
 
 
@@ -32,6 +38,9 @@ class JobFacts:
     job_id: int
     namespace: str
     devices_expected: int  # GPUs (or MIG instances) the job asked for, over all its pods
+    # Issue 26: the job runs in a time-slicing or MPS pool, so other jobs on its GPU are
+    # intended and the exporter's device-level figures are for the whole device.
+    shared: bool = False
 
 
 @dataclass
@@ -82,7 +91,9 @@ def attribute(
                 f"{len(distinct)}: " + ", ".join(sorted(str(r.key) for r in held)),
             )
     for (uuid, gi_id), job_ids in holders.items():
-        if len(job_ids) > 1:
+        # jobs of a shared pool meet on one GPU by design: warn only where sharing was not
+        # intended (at least one of them asked for a GPU of its own)
+        if len(job_ids) > 1 and not all(jobs[j].shared for j in job_ids):
             device = f"{uuid}/gi{gi_id}" if gi_id else uuid
             for job_id in sorted(job_ids):
                 others = ", ".join(str(j) for j in sorted(job_ids - {job_id}))

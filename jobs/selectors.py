@@ -314,3 +314,24 @@ def gpus_in_use_per_pool() -> dict[str, int]:
         .order_by()
     )
     return {row["pool"]: int(row["n"] or 0) for row in totals}
+
+
+def dra_devices_for_job(*, job: Job) -> tuple[list[Any], str]:
+    """(devices, error) of a job in a DRA-managed pool: what its claims were allocated, read
+    from the cluster (portal.kube.dra); an error sentence instead when the cluster cannot be
+    read. Empty for other jobs."""
+    if not job.pool_id or not job.pool.dra_managed:
+        return [], ""
+    from kubernetes.client import ApiException
+    from kubernetes.config.config_exception import ConfigException
+
+    from portal.kube import dra
+    from portal.kube.apply import KubeError
+
+    names = list(job.pod_records.filter(deleted=False).values_list("name", flat=True))
+    if not names:
+        return [], ""
+    try:
+        return dra.allocated_devices(job.project.namespace, names), ""
+    except (ApiException, KubeError, ConfigException, OSError) as exc:
+        return [], f"The claims cannot be read right now ({exc.__class__.__name__})."

@@ -214,8 +214,9 @@ def parse_bytes(text: str) -> int | None:
 
 
 def gib(mib: int) -> str:
-    """MiB as whole GiB for messages (81559 MiB → '79 GiB'; 80 GB boards say '80 GB')."""
-    return f"{mib // 1024} GiB"
+    """MiB as GiB for messages: 81920 → '80 GiB', 81559 (an H100 80GB) → '79.6 GiB'."""
+    value = mib / 1024
+    return f"{value:.0f} GiB" if mib % 1024 == 0 else f"{value:.1f} GiB"
 
 
 # ---- pool validation ------------------------------------------------------------------------

@@ -9,12 +9,19 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
 
+from gpumetrics.attribution import SHARED_NOTE
 from jobs.arrays import shape as arrays
 from jobs.arrays.services import array_submit
 from jobs.job_templates.services import template_create, template_list_visible_to
 from jobs.redact import redact_manifests
 from jobs.render import manifests_yaml
-from jobs.selectors import job_events, job_list_visible_to, job_manifests, pool_facts_for_project
+from jobs.selectors import (
+    dra_devices_for_job,
+    job_events,
+    job_list_visible_to,
+    job_manifests,
+    pool_facts_for_project,
+)
 from jobs.services import InvalidTransition, job_cancel, job_request_from, job_submit
 from jobs.submission import form_advanced, page_selectors
 from jobs.submission.feasibility import feasibility
@@ -74,6 +81,9 @@ class JobDetailView(LoginRequiredMixin, View):
         if not request.htmx:
             # planner: the forecast and advice of a waiting job, right-sizing of a finished one
             context["planner"] = job_planner_context(job=job, user=request.user)
+            # issue 26: a shared GPU's figures, a DRA claim's device
+            context["sharing_note"] = SHARED_NOTE
+            context["dra_devices"], context["dra_error"] = dra_devices_for_job(job=job)
         if request.htmx:
             # The live fragments; once finished they come back without their triggers.
             return render(request, "jobs/partials/live.html", context)
