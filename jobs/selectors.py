@@ -328,10 +328,10 @@ def dra_devices_for_job(*, job: Job) -> tuple[list[Any], str]:
     from portal.kube import dra
     from portal.kube.apply import KubeError
 
-    names = list(job.pod_records.filter(deleted=False).values_list("name", flat=True))
-    if not names:
-        return [], ""
+    if job.state not in ACTIVE:
+        return [], ""  # the pods and their claims are gone
     try:
-        return dra.allocated_devices(job.project.namespace, names), ""
+        selector = job_manifests_module.job_selector(job.pk)
+        return dra.allocated_devices(job.project.namespace, selector), ""
     except (ApiException, KubeError, ConfigException, OSError) as exc:
         return [], f"The claims cannot be read right now ({exc.__class__.__name__})."

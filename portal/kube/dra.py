@@ -49,20 +49,16 @@ def _slice_devices(api: k8s.ResourceV1Api, driver: str, pool: str) -> dict[str, 
     return newest
 
 
-def allocated_devices(namespace: str, pod_names: list[str]) -> list[AllocatedDevice]:
-    """The devices allocated to these pods' claims (an empty list when none is allocated)."""
+def allocated_devices(namespace: str, label_selector: str) -> list[AllocatedDevice]:
+    """The devices allocated to the claims of the pods the selector matches (an empty list when
+    none is allocated)."""
     api_client = get_api_client()
     core = k8s.CoreV1Api(api_client)
     resource = k8s.ResourceV1Api(api_client)
     out: list[AllocatedDevice] = []
     slices: dict[tuple[str, str], dict[str, object]] = {}
-    for pod_name in pod_names:
-        try:
-            pod = core.read_namespaced_pod(pod_name, namespace)
-        except k8s.ApiException as exc:
-            if exc.status == 404:
-                continue
-            raise
+    for pod in core.list_namespaced_pod(namespace, label_selector=label_selector).items:
+        pod_name = pod.metadata.name
         for status in (pod.status and pod.status.resource_claim_statuses) or []:
             if not status.resource_claim_name:
                 continue
