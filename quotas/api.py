@@ -23,6 +23,25 @@ class GpuPoolSerializer(serializers.ModelSerializer):
         help_text="Whole GPUs admitted to jobs now (from the queues' status)."
     )
     free_gpus = serializers.SerializerMethodField(help_text="capacity_gpus − gpus_in_use.")
+    # Issue 26: how the pool's GPUs are shared.
+    sharing_mode = serializers.CharField(
+        read_only=True, help_text="exclusive, time-slicing or mps."
+    )
+    replicas_per_gpu = serializers.IntegerField(
+        read_only=True, help_text="Jobs one GPU holds at once (1 when exclusive)."
+    )
+    total_shares = serializers.IntegerField(
+        read_only=True, help_text="total_gpus × replicas_per_gpu: what quotas here count."
+    )
+    gpu_resource = serializers.CharField(
+        read_only=True, help_text="nvidia.com/gpu, or nvidia.com/gpu.shared when renamed."
+    )
+    dra_managed = serializers.BooleanField(
+        read_only=True, help_text="GPUs published by the NVIDIA DRA driver (ResourceClaims)."
+    )
+    isolation = serializers.CharField(
+        read_only=True, help_text="One sentence: what isolation a job's GPU has in this pool."
+    )
 
     class Meta:
         model = GpuPool
@@ -39,6 +58,12 @@ class GpuPoolSerializer(serializers.ModelSerializer):
             "capacity_gpus",
             "gpus_in_use",
             "free_gpus",
+            "sharing_mode",
+            "replicas_per_gpu",
+            "total_shares",
+            "gpu_resource",
+            "dra_managed",
+            "isolation",
         ]
         read_only_fields = fields
 
