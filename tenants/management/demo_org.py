@@ -45,6 +45,29 @@ POOLS = [
     ("a100", "A100 SXM4 40GB", "NVIDIA-A100-SXM4-40GB", 2, 8, []),
 ]
 
+# Pools that share their GPUs (kubesim's demo cluster, not its default one): slug, name, GFD
+# product, nodes, GPUs per node, node labels, sharing options (quotas.sharing).
+SHARED_POOLS = [
+    (
+        "t4-shared",
+        "T4 time-sliced ×4",
+        "Tesla-T4",
+        1,
+        1,
+        {GPU_PRODUCT_LABEL: "Tesla-T4-SHARED"},
+        {"sharing_mode": "time-slicing", "sharing_replicas": 4},
+    ),
+    (
+        "h100-dra",
+        "H100 through DRA",
+        "NVIDIA-H100-80GB-HBM3",
+        1,
+        2,
+        {"nvidia.com/dra-driver-gpu.enabled": "true"},
+        {"dra_managed": True},
+    ),
+]
+
 # project, pool, resource, nominal, borrowing limit (None = may borrow all idle department quota)
 QUOTAS = [
     ("vision", "h100", "gpu", 8, 4),
@@ -59,6 +82,8 @@ QUOTAS = [
     ("speech", "h100", "gpu", 4, None),
     ("speech", "h100", "2g.20gb", 3, None),
     ("speech", "a100", "gpu", 4, 4),
+    ("nlp", "t4-shared", "gpu", 4, 0),  # four shares of the one time-sliced T4
+    ("speech", "h100-dra", "gpu", 2, 0),
 ]
 
 # department, pool, resource, limit
@@ -133,6 +158,21 @@ def seed_demo_org() -> SeedResult:
                 gpus_per_node=per_node,
                 mig_profiles=profiles,
                 node_labels={GPU_PRODUCT_LABEL: model},
+            )
+        pools[slug] = pool
+    for slug, name, model, nodes, per_node, labels, options in SHARED_POOLS:
+        pool = GpuPool.objects.filter(slug=slug).first()
+        result.count("pools", pool is None)
+        if pool is None:
+            pool = quota_services.pool_create(
+                actor=admin,
+                slug=slug,
+                name=name,
+                gpu_model=model,
+                node_count=nodes,
+                gpus_per_node=per_node,
+                node_labels=labels,
+                **options,
             )
         pools[slug] = pool
 

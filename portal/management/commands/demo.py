@@ -30,6 +30,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 STOP_TIMEOUT_SECONDS = 10
+DEMO_CLUSTER = Path(__file__).resolve().parents[3] / "kubesim" / "kubesim" / "demo_cluster.yaml"
 LABEL_WIDTH = len("[kubesim] ")
 
 
@@ -146,6 +147,9 @@ def demo_children(*, addr: str) -> list[Child]:
         str(kubeconfig),
         "--state",
         str(var / "kubesim" / "state.json"),
+        # the default cluster plus a time-slicing pool and a DRA-managed pool
+        "--cluster",
+        str(DEMO_CLUSTER),
     ]
     celery = str(Path(sys.executable).parent / "celery")
     return [
