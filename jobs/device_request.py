@@ -144,11 +144,12 @@ def claim_template(
     request: dict[str, str],
     mig_profile: str,
     sharing_config: list[dict],
+    count: int = 1,
 ) -> dict[str, Any]:
-    """The job's ResourceClaimTemplate (resource.k8s.io/v1)."""
+    """The job's ResourceClaimTemplate (resource.k8s.io/v1): `count` devices per pod."""
     exactly: dict[str, Any] = {
         "deviceClassName": sharing.DRA_MIG_CLASS if mig_profile else sharing.DRA_GPU_CLASS,
-        "count": 1,
+        "count": 1 if mig_profile else max(1, count),
     }
     expressions = selectors(request, mig_profile=mig_profile)
     if expressions:

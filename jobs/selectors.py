@@ -255,6 +255,7 @@ def _dra_claim_template(job: Job, job_id: int | None) -> dict[str, Any] | None:
         ),
         request=dict(job.device_request or {}),
         mig_profile=job.mig_profile if job.kind == JobKind.MIG else "",
+        count=job.gpus,
         sharing_config=sharing.dra_sharing_config(
             mode=pool.sharing_mode,
             replicas=pool.sharing_replicas,

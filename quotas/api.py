@@ -18,7 +18,9 @@ class GpuPoolSerializer(serializers.ModelSerializer):
     node_labels = serializers.DictField(
         child=serializers.CharField(), read_only=True, help_text="Labels selecting the nodes."
     )
-    capacity_gpus = serializers.SerializerMethodField(help_text="Whole GPUs in the pool.")
+    capacity_gpus = serializers.SerializerMethodField(
+        help_text="Whole GPUs in the pool; in a shared pool, shares (total_shares)."
+    )
     gpus_in_use = serializers.SerializerMethodField(
         help_text="Whole GPUs admitted to jobs now (from the queues' status)."
     )
@@ -76,13 +78,14 @@ class GpuPoolSerializer(serializers.ModelSerializer):
         return cache.get(pool.slug, 0)
 
     def get_capacity_gpus(self, pool: GpuPool) -> int:
-        return pool.total_gpus
+        # the queues count a shared pool's GPUs in shares
+        return pool.total_shares
 
     def get_gpus_in_use(self, pool: GpuPool) -> int:
         return self._in_use(pool)
 
     def get_free_gpus(self, pool: GpuPool) -> int:
-        return max(0, pool.total_gpus - self._in_use(pool))
+        return max(0, pool.total_shares - self._in_use(pool))
 
 
 class GpuPoolViewSet(ClusterReadOnlyViewSet):
