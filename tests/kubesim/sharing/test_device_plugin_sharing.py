@@ -119,3 +119,39 @@ def test_mps_refuses_two_replicas_and_sets_the_limits(core):
     )
     assert limits["activeThreadPercentage"] == 50
     assert list(limits["pinnedDeviceMemoryLimit"].values()) == ["20480M"]  # 40960 MiB / 2
+
+
+def test_virtual_gpus_give_each_pod_a_copy_with_the_same_values(kubesim_factory, tmp_path):
+    """KUBERNETES_VIRTUAL_GPUS=true: one series per sharing pod, labelled vgpu=<replica>, with
+    duplicated device-level values (exporters before 4.5.3 do not split a GPU)."""
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(
+        "pools:\n"
+        "  - {name: ts, count: 1, gpu: {model: Tesla-T4, count: 1,"
+        " sharing: {strategy: time-slicing, replicas: 2}}}\n"
+        "dcgmExporter: {kubernetesVirtualGpus: true}\n"
+    )
+    server = kubesim_factory(cluster=spec, speed=50.0)
+    api = server.api_client()
+    core = client.CoreV1Api(api)
+    try:
+        ns = "vgpu"
+        core.create_namespace({"metadata": {"name": ns}})
+        for name in ("a", "b"):
+            pod(core, ns, name, "ts-0", {"nvidia.com/gpu": 1})
+        wait_for(
+            lambda: all(phase(core, ns, n) == "Running" for n in ("a", "b")),
+            timeout=30,
+            message="both pods to run",
+        )
+        (exporter,) = core.list_namespaced_pod("gpu-operator").items
+        text = core.connect_get_namespaced_pod_proxy_with_path(
+            exporter.metadata.name + ":9400", "gpu-operator", "metrics", _preload_content=False
+        ).data.decode()
+        temps = [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
+        assert len(temps) == 2
+        assert {'pod="a"' in t or 'pod="b"' in t for t in temps} == {True}
+        assert {line.split('vgpu="')[1][0] for line in temps} == {"0", "1"}
+        assert len({line.rsplit(" ", 1)[1] for line in temps}) == 1  # the same value
+    finally:
+        api.close()
