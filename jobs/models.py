@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 
 from jobs.states import ACTIVE, TERMINAL, JobState
+from quotas import sharing
 from quotas.models import GpuPool, PriorityName
 from tenants.models import GangBackend, Project
 
@@ -180,9 +181,7 @@ class Job(models.Model):
 
     @property
     def isolation(self) -> str:
-        """Issue 26: one sentence on what sharing (or not) the job's GPU gives it."""
-        from quotas import sharing
-
+        """One sentence on what sharing (or not) the job's GPU gives it."""
         mode = self.pool.sharing_mode if self.pool_id else sharing.EXCLUSIVE
         return sharing.isolation_sentence(mode, mig=self.kind == JobKind.MIG)
 
