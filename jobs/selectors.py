@@ -323,7 +323,6 @@ def dra_devices_for_job(*, job: Job) -> tuple[list[Any], str]:
     read. Empty for other jobs."""
     if not job.pool_id or not job.pool.dra_managed:
         return [], ""
-    from kubernetes.client import ApiException
     from kubernetes.config.config_exception import ConfigException
 
     from portal.kube import dra
@@ -334,5 +333,5 @@ def dra_devices_for_job(*, job: Job) -> tuple[list[Any], str]:
     try:
         selector = job_manifests_module.job_selector(job.pk)
         return dra.allocated_devices(job.project.namespace, selector), ""
-    except (ApiException, KubeError, ConfigException, OSError) as exc:
+    except (KubeError, ConfigException, OSError) as exc:
         return [], f"The claims cannot be read right now ({exc.__class__.__name__})."

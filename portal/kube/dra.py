@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from kubernetes import client as k8s
 
+from portal.kube.apply import classify
 from portal.kube.client import get_api_client
 
 
@@ -51,7 +52,14 @@ def _slice_devices(api: k8s.ResourceV1Api, driver: str, pool: str) -> dict[str, 
 
 def allocated_devices(namespace: str, label_selector: str) -> list[AllocatedDevice]:
     """The devices allocated to the claims of the pods the selector matches (an empty list when
-    none is allocated)."""
+    none is allocated). Raises portal.kube.apply.KubeError when the cluster cannot be read."""
+    try:
+        return _allocated_devices(namespace, label_selector)
+    except (k8s.ApiException, OSError) as exc:
+        raise classify(exc) from exc
+
+
+def _allocated_devices(namespace: str, label_selector: str) -> list[AllocatedDevice]:
     api_client = get_api_client()
     core = k8s.CoreV1Api(api_client)
     resource = k8s.ResourceV1Api(api_client)
