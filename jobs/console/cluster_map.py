@@ -62,9 +62,20 @@ class GpuView:
     def shared(self) -> bool:
         return self.shares > 1
 
+    # KAI GPU fractions: who holds which part of a shared GPU (holder, share), biggest first.
+    parts: tuple[tuple[Holder, float], ...] = ()
+
     @property
     def mig(self) -> bool:
         return bool(self.slices)
+
+    @property
+    def split(self) -> bool:
+        return bool(self.parts)
+
+    @property
+    def free_share(self) -> float:
+        return max(0.0, round(1.0 - sum(share for _, share in self.parts), 3))
 
 
 @dataclass(frozen=True)
@@ -81,7 +92,7 @@ class NodeView:
     @property
     def held(self) -> int:
         return sum(
-            sum(1 for s in g.slices if s.holder) if g.mig else (1 if g.holder else 0)
+            sum(1 for s in g.slices if s.holder) if g.mig else (1 if g.holder or g.parts else 0)
             for g in self.gpus
         )
 
@@ -120,6 +131,7 @@ class PodHold:
     node: str
     gpu_uuids: tuple[str, ...]
     gpu_indices: tuple[int, ...]
+    share: float | None = None  # a KAI fraction's part of its (shared) GPU
 
 
 @dataclass(frozen=True)
@@ -171,7 +183,12 @@ def build_cluster_map(
     by_uuid: dict[str, int] = {}
     by_index: dict[tuple[str, int], int] = {}
     all_by_uuid: dict[str, list[int]] = {}  # a shared GPU has several holders
+    shared: dict[str, dict[int, float]] = {}
     for hold in holds:
+        if hold.share is not None:
+            for uuid in hold.gpu_uuids:
+                shared.setdefault(uuid, {})[hold.job_id] = hold.share
+            continue
         for uuid in hold.gpu_uuids:
             by_uuid.setdefault(uuid, hold.job_id)
             if hold.job_id not in all_by_uuid.setdefault(uuid, []):
@@ -210,6 +227,12 @@ def build_cluster_map(
             job_id = by_uuid.get(gpu.uuid) if gpu.uuid else None
             if job_id is None:
                 job_id = by_index.get((node.name, gpu.index))
+            parts = tuple(
+                (holder_for(j), share)
+                for j, share in sorted(
+                    shared.get(gpu.uuid, {}).items(), key=lambda item: (-item[1], item[0])
+                )
+            )
             sharers = (
                 tuple(holder_for(j) for j in all_by_uuid.get(gpu.uuid, ())) if shares > 1 else ()
             )
@@ -221,6 +244,7 @@ def build_cluster_map(
                     holder=holder(job_id),
                     shares=shares,
                     holders=sharers,
+                    parts=parts,
                 )
             )
         slug = pool.slug if pool else OTHER_POOL
@@ -235,19 +259,25 @@ def build_cluster_map(
 
 
 def _holds() -> list[PodHold]:
-    rows = JobPod.objects.filter(
-        deleted=False, job__state__in=sorted(ACTIVE), phase__in=sorted(HOLDING_PHASES)
-    ).exclude(node="")
+    from jobs.selectors import fraction_shares
+
+    rows = list(
+        JobPod.objects.filter(
+            deleted=False, job__state__in=sorted(ACTIVE), phase__in=sorted(HOLDING_PHASES)
+        )
+        .exclude(node="")
+        .values_list("job_id", "node", "gpu_uuids", "gpu_indices", "gpu_group")
+    )
+    shares = fraction_shares({row[0] for row in rows if row[4]})
     return [
         PodHold(
             job_id=job_id,
             node=node,
             gpu_uuids=tuple(uuids or ()),
             gpu_indices=tuple(indices or ()),
+            share=shares.get(job_id) if group else None,
         )
-        for job_id, node, uuids, indices in rows.values_list(
-            "job_id", "node", "gpu_uuids", "gpu_indices"
-        )
+        for job_id, node, uuids, indices, group in rows
     ]
 
 

@@ -20,6 +20,7 @@ from jobs.selectors import (
     job_events,
     job_list_visible_to,
     job_manifests,
+    pods_with_shares,
     pool_facts_for_project,
 )
 from jobs.services import InvalidTransition, job_cancel, job_request_from, job_submit
@@ -74,7 +75,7 @@ class JobDetailView(LoginRequiredMixin, View):
         context = {
             "job": job,
             "events": job_events(job=job),
-            "pods": job.pod_records.all(),
+            "pods": pods_with_shares(job=job),
             "can_write": can_write(request.user, job.project),
             "summary": _summary(job),
         }
@@ -172,6 +173,17 @@ def _initial_for(request) -> dict:
     return {k: v for k, v in request.GET.items() if k in JobSubmitForm.base_fields}
 
 
+def _again_id(request) -> str:
+    value = request.POST.get("again") or request.GET.get("again") or ""
+    return value if value.isdigit() else ""
+
+
+def _resubmitted_job(request):
+    """The job a "submit again" submission repeats, when the user can see it; else None."""
+    again = _again_id(request)
+    return job_list_visible_to(user=request.user).filter(pk=int(again)).first() if again else None
+
+
 def _render_submit(request, form, projects, *, save_form=None, status=200):
     templates = page_selectors.templates_for_projects(projects=projects)
     context = {
@@ -182,6 +194,8 @@ def _render_submit(request, form, projects, *, save_form=None, status=200):
         "no_projects": not projects,
         # planner: the waiting job this submission would replace (cancelled only if ticked)
         "replaces": replaced_job(request),
+        # "submit again": kept through the POST so the audit trail says job.resubmit
+        "again_of": _again_id(request),
     }
     return render(request, "jobs/submit.html", context, status=status)
 
@@ -207,7 +221,11 @@ class JobSubmitView(LoginRequiredMixin, View):
                 messages.success(request, f"Array {array.name} of {array.count} jobs submitted.")
                 return redirect("job-array-detail", pk=array.pk)
             outcome = job_submit(
-                actor=request.user, project=form.cleaned_data["project"], data=data, source="ui"
+                actor=request.user,
+                project=form.cleaned_data["project"],
+                data=data,
+                source="ui",
+                resubmit_of=_resubmitted_job(request),
             )
         except ValidationError as exc:
             form.add_api_errors(exc.message_dict)

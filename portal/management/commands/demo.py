@@ -30,7 +30,6 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 STOP_TIMEOUT_SECONDS = 10
-DEMO_CLUSTER = Path(__file__).resolve().parents[3] / "kubesim" / "kubesim" / "demo_cluster.yaml"
 LABEL_WIDTH = len("[kubesim] ")
 
 
@@ -132,6 +131,9 @@ def kubeconfig_ready(path: Path) -> Callable[[], bool]:
     return check
 
 
+DEMO_CLUSTER = Path(__file__).resolve().parents[1] / "demo_cluster.yaml"
+
+
 def demo_children(*, addr: str) -> list[Child]:
     """The demo's long-running processes, started in this order and stopped in reverse."""
     manage = str(Path(settings.BASE_DIR) / "manage.py")
@@ -147,7 +149,8 @@ def demo_children(*, addr: str) -> list[Child]:
         str(kubeconfig),
         "--state",
         str(var / "kubesim" / "state.json"),
-        # the default cluster plus a time-slicing pool and a DRA-managed pool
+        # kubesim's default cluster plus a KAI node pool for the demo's GPU fractions, a
+        # time-slicing pool and a DRA-managed pool
         "--cluster",
         str(DEMO_CLUSTER),
     ]

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("quotas", "0005_pool_shm_and_grace_limits"),
+        ("quotas", "0006_pool_scheduler_and_fractions"),
     ]
 
     operations = [

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("jobs", "0012_submission_keys"),
+        ("jobs", "0013_kai_backend_and_gpu_fractions"),
     ]
 
     operations = [
