@@ -21,10 +21,12 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
 
+from gpumetrics.attribution import SHARED_NOTE
 from gpumetrics.selectors import SeriesQuery, job_metrics, project_usage
 from gpumetrics.series import SERIES_NAMES
 from jobs.models import Job
 from portal.api import TenantScopedViewSet, router
+from quotas import sharing
 from tenants.models import Project
 
 MAX_POINTS = 20_000
@@ -118,6 +120,10 @@ class JobMetricsSerializer(serializers.Serializer):
     devices = SeriesPointsSerializer(many=True)
     pods = serializers.ListField(child=serializers.DictField(), help_text="Devices per pod.")
     summary = SummarySerializer(allow_null=True)
+    sharing_note = serializers.CharField(
+        help_text='"shared GPU: figures are for the whole device" for a job of a time-slicing '
+        "or MPS pool (the exporter does not split a shared GPU between pods); empty otherwise."
+    )
 
 
 class JobMetricsViewSet(TenantScopedViewSet):
@@ -177,6 +183,8 @@ class JobMetricsViewSet(TenantScopedViewSet):
             job,
             SeriesQuery(series=tuple(names or SERIES_NAMES), since=since, until=until, step=step),
         )
+        shared = job.pool_id is not None and sharing.is_shared(job.pool.sharing_mode)
+        data["sharing_note"] = SHARED_NOTE if shared else ""
         return Response(data)
 
     def get_view_name(self):

@@ -6,6 +6,11 @@ and `pod`, and every pod of a portal job has a deterministic name derived from t
 project's namespace. A reading is a job's only if both the name and the namespace match the job;
 a MIG instance is identified by its parent GPU's UUID and its GPU instance id.
 
+Shared GPUs (time-slicing, MPS): by default dcgm-exporter labels a shared GPU's series with one
+of its pods only, and with KUBERNETES_VIRTUAL_GPUS one copy per pod with the same device-level
+values. Neither splits the device between pods, so a shared job's figures are the whole
+device's (SHARED_NOTE) and the portal does not invent a split.
+
 KAI GPU fractions (issue 25): a shared GPU is held, for the device plugin and therefore for the
 exporter, by KAI's reservation pod (namespace kai-resource-reservation), not by the jobs. Its
 readings go to every portal job whose fraction pod KAI put on that GPU (found by the pod's
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field
 from gpumetrics.parsing import DeviceKey, DeviceReading
 from gpumetrics.series import UTIL
 
+SHARED_NOTE = "shared GPU: figures are for the whole device"
 _POD_NAME = re.compile(r"^gp-job-(\d+)(?:-|$)")
 KAI_RESERVATION_NAMESPACE = "kai-resource-reservation"
 
@@ -41,6 +47,9 @@ class JobFacts:
     job_id: int
     namespace: str
     devices_expected: int  # GPUs (or MIG instances) the job asked for, over all its pods
+    # Issue 26: the job runs in a time-slicing or MPS pool, so other jobs on its GPU are
+    # intended and the exporter's device-level figures are for the whole device.
+    shared: bool = False
 
 
 @dataclass
@@ -107,7 +116,9 @@ def attribute(
             )
     for (uuid, gi_id), job_ids in holders.items():
         job_ids = job_ids | (sharers.get(uuid, set()) if not gi_id else set())
-        if len(job_ids) > 1:
+        # jobs of a time-slicing or MPS pool meet on one GPU by design: warn only where sharing
+        # was not intended (at least one of them asked for a GPU of its own)
+        if len(job_ids) > 1 and not all(j in jobs and jobs[j].shared for j in job_ids):
             device = f"{uuid}/gi{gi_id}" if gi_id else uuid
             for job_id in sorted(job_ids):
                 others = ", ".join(str(j) for j in sorted(job_ids - {job_id}))

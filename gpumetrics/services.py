@@ -45,6 +45,7 @@ from jobs.states import ACTIVE, TERMINAL, JobState
 from notifications.events import GPU_IDLE
 from notifications.services import notify
 from portal.kube import metrics as kube_metrics
+from quotas import sharing
 
 log = logging.getLogger(__name__)
 SOURCE = "gpu-metrics"
@@ -86,11 +87,16 @@ def _job_facts(readings: list[DeviceReading]) -> dict[int, JobFacts]:
     if not ids:
         return {}
     rows = Job.objects.filter(pk__in=ids).values_list(
-        "pk", "project__namespace", "kind", "gpus", "replicas"
+        "pk", "project__namespace", "kind", "gpus", "replicas", "pool__sharing_mode"
     )
     return {
-        pk: JobFacts(pk, namespace, devices_expected(kind, gpus, replicas))
-        for pk, namespace, kind, gpus, replicas in rows
+        pk: JobFacts(
+            pk,
+            namespace,
+            devices_expected(kind, gpus, replicas),
+            shared=sharing.is_shared(mode or sharing.EXCLUSIVE),
+        )
+        for pk, namespace, kind, gpus, replicas, mode in rows
     }
 
 

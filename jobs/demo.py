@@ -97,6 +97,38 @@ SAMPLE_JOBS: list[tuple[str, str, dict[str, Any]]] = [
 ]
 
 
+# The demo cluster's shared pools: a time-sliced T4 and a DRA-managed H100 asked by memory.
+SAMPLE_JOBS += [
+    (
+        "nlp-member",
+        "nlp",
+        {
+            "name": "tokenizer-on-a-share",
+            "kind": "single",
+            "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+            "command": ["python", "tokenize.py"],
+            "gpus": 1,
+            "pool": "t4-shared",
+            "cpu": "2",
+            "memory": "8Gi",
+        },
+    ),
+    (
+        "speech-member",
+        "speech",
+        {
+            "name": "whisper-40gib-dra",
+            "kind": "single",
+            "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+            "command": ["python", "finetune.py"],
+            "gpus": 1,
+            "pool": "h100-dra",
+            "device": {"min_memory": "40Gi"},
+        },
+    ),
+]
+
+
 def submit_demo_jobs() -> int:
     """Submit the sample jobs once (when the portal has no job yet); returns how many."""
     if Job.objects.exists():

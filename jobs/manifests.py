@@ -91,6 +91,11 @@ class JobManifestInput:
     secret_env: tuple[SecretEnv, ...] = ()
     secret_files: tuple[SecretFile, ...] = ()
     image_pull_secrets: tuple[str, ...] = ()
+    # Issue 26: the whole-GPU resource of the job's pool (nvidia.com/gpu.shared when the device
+    # plugin renames shared GPUs).
+    gpu_resource: str = GPU_RESOURCE
+    # A DRA-managed pool: the job's ResourceClaimTemplate instead of an extended resource.
+    dra_claim_template: dict[str, Any] | None = None
     # Issue 25, KAI: a fraction of one GPU ("0.5") or GPU memory in MiB instead of whole GPUs;
     # whether the priority class may be preempted (KAI's preemptibility label); the KAI shard
     # (kai.scheduler/node-pool) of the pool.
@@ -130,11 +135,13 @@ def job_selector(job_id: int) -> str:
 
 
 def _accelerator_limits(spec: JobManifestInput) -> dict[str, str]:
+    if spec.dra_claim_template is not None:
+        return {}  # the device comes from the claim
     if spec.fractional:
         return {}  # KAI refuses a fraction together with an nvidia.com/gpu limit
     if spec.kind == "mig":
         return {spec.mig_resource: "1"}
-    return {GPU_RESOURCE: str(spec.gpus)}
+    return {spec.gpu_resource: str(spec.gpus)}
 
 
 def _env_list(spec: JobManifestInput, extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -226,6 +233,8 @@ def _container(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
+    if spec.dra_claim_template is not None:
+        container["resources"]["claims"] = [{"name": "gpu"}]
     if spec.command:
         container["command"] = list(spec.command)
     env = _env_list(spec, extra_env)
@@ -271,6 +280,13 @@ def _pod_spec(spec: JobManifestInput, extra_env: list[dict[str, Any]]) -> dict[s
     volumes = pod_volumes(spec)
     if volumes:
         pod["volumes"] = volumes
+    if spec.dra_claim_template is not None:
+        pod["resourceClaims"] = [
+            {
+                "name": "gpu",
+                "resourceClaimTemplateName": spec.dra_claim_template["metadata"]["name"],
+            }
+        ]
     if spec.node_selector:
         # A chosen pool: Kueue only considers the flavor whose nodeLabels match.
         pod["nodeSelector"] = dict(sorted(spec.node_selector.items()))
@@ -567,15 +583,16 @@ def kai_batch_job(spec: JobManifestInput) -> dict[str, Any]:
 
 def build_job_manifests(spec: JobManifestInput) -> list[dict[str, Any]]:
     """All objects of a job, in apply order (the Service before the pods that need it)."""
+    claims = [spec.dra_claim_template] if spec.dra_claim_template is not None else []
     if spec.backend == "kai":
         if spec.kind == "gang":
-            return [gang_service(spec), kai_batch_job(spec)]
-        return [kai_batch_job(spec)]
+            return [*claims, gang_service(spec), kai_batch_job(spec)]
+        return [*claims, kai_batch_job(spec)]
     if spec.kind == "gang":
         if spec.backend == "volcano":
-            return [volcano_gang_job(spec)]
-        return [gang_service(spec), kueue_gang_job(spec)]
-    return [kueue_batch_job(spec)]
+            return [*claims, volcano_gang_job(spec)]
+        return [*claims, gang_service(spec), kueue_gang_job(spec)]
+    return [*claims, kueue_batch_job(spec)]
 
 
 def primary_manifest(manifests: list[dict[str, Any]]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 
 from jobs.states import ACTIVE, TERMINAL, JobState
+from quotas import sharing
 from quotas.models import GpuPool, PoolScheduler, PriorityName
 from tenants.models import Project
 
@@ -65,6 +66,8 @@ class Job(models.Model):
     secret_files = models.JSONField(default=list, blank=True)
     gpus = models.PositiveSmallIntegerField(default=0, help_text="Whole GPUs per pod.")
     mig_profile = models.CharField(max_length=32, blank=True)
+    # Issue 26: on a DRA-managed pool, the device by its attributes (jobs.device_request).
+    device_request = models.JSONField(default=dict, blank=True)
     replicas = models.PositiveSmallIntegerField(default=1)
     pool = models.ForeignKey(
         GpuPool, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
@@ -180,6 +183,12 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project.slug}/{self.name}"
+
+    @property
+    def isolation(self) -> str:
+        """One sentence on what sharing (or not) the job's GPU gives it."""
+        mode = self.pool.sharing_mode if self.pool_id else sharing.EXCLUSIVE
+        return sharing.isolation_sentence(mode, mig=self.kind == JobKind.MIG)
 
     @property
     def is_terminal(self) -> bool:

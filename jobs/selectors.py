@@ -7,14 +7,14 @@ from django.conf import settings
 from django.db.models import Q, QuerySet, Sum
 
 from credentials.models import Credential
-from jobs import fractions, secret_refs
+from jobs import device_request, fractions, secret_refs
 from jobs import manifests as job_manifests_module
-from jobs.manifests import JobManifestInput
+from jobs.manifests import GPU_RESOURCE, JobManifestInput
 from jobs.models import Job, JobKind, JobPod, QueueUsage
 from jobs.mounts import default_shm_bytes
 from jobs.states import ACTIVE
 from jobs.validation import PoolFacts, format_quantity, parse_quantity
-from quotas import arithmetic, mig
+from quotas import arithmetic, mig, sharing
 from quotas.manifests import KAI_NODE_POOL_LABEL
 from quotas.models import (
     DepartmentQuota,
@@ -92,6 +92,10 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
             "pool__default_memory",
             "pool__max_shm_size",
             "pool__max_termination_grace_seconds",
+            "pool__sharing_mode",
+            "pool__sharing_replicas",
+            "pool__sharing_fail_requests_greater_than_one",
+            "pool__dra_managed",
             "pool__scheduler",
             "pool__kai_fractions_allowed",
             "pool__kai_fraction_step",
@@ -111,8 +115,8 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
     for project_id, pool_id, resource, nominal, borrowing, *pool in rows:
         if project_id != project.pk:
             continue
-        slug, model, per_node, nodes, profiles, cpu, memory, max_shm, max_grace, *kai = pool
-        scheduler, fractions, step, gpu_memory = kai
+        slug, model, per_node, nodes, profiles, cpu, memory, max_shm, max_grace, *rest = pool
+        mode, replicas, fail_gt_one, dra, scheduler, fractions, step, gpu_memory = rest
         fact = facts.setdefault(
             pool_id,
             PoolFacts(
@@ -127,6 +131,12 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
                 max_termination_grace_seconds=max_grace,
                 maximum={},
                 guaranteed={},
+                sharing_mode=mode,
+                replicas_per_gpu=sharing.replicas_per_gpu(mode, replicas),
+                fail_requests_greater_than_one=sharing.fail_requests_greater_than_one(
+                    mode, fail_gt_one
+                ),
+                dra_managed=dra,
                 scheduler=scheduler,
                 fractions_allowed=scheduler == "kai" and fractions,
                 fraction_step=step,
@@ -225,6 +235,8 @@ def manifest_input_for_job(job: Job, *, job_id: int | None = None) -> JobManifes
         image_pull_secrets=_pull_secrets(job),
         gpus=job.gpus,
         mig_resource=mig.resource_name(job.mig_profile) if job.kind == JobKind.MIG else "",
+        gpu_resource=job.pool.gpu_resource if job.pool_id else GPU_RESOURCE,
+        dra_claim_template=_dra_claim_template(job, job_id),
         replicas=job.replicas,
         cpu=job.cpu,
         memory=job.memory,
@@ -242,6 +254,46 @@ def manifest_input_for_job(job: Job, *, job_id: int | None = None) -> JobManifes
         checkpoint_dir=job.checkpoint_dir,
         checkpoint_claim=job.checkpoint_claim,
         **_kai_facts(job, eligible_labels),
+    )
+
+
+def _dra_claim_template(job: Job, job_id: int | None) -> dict[str, Any] | None:
+    """The job's ResourceClaimTemplate when its pool is DRA-managed (jobs.device_request)."""
+    pool = job.pool if job.pool_id else None
+    if pool is None or not pool.dra_managed:
+        return None
+    the_id = job.pk if job_id is None else job_id
+    return device_request.claim_template(
+        job_id=the_id,
+        namespace=job.project.namespace,
+        labels=job_manifests_module.job_labels(
+            JobManifestInput(
+                job_id=the_id,
+                name=job.name,
+                project_slug=job.project.slug,
+                namespace="",
+                kind=job.kind,
+                backend=job.backend,
+                image="",
+                command=(),
+                env={},
+                gpus=0,
+                mig_resource="",
+                replicas=1,
+                cpu="",
+                memory="",
+                priority="",
+                max_runtime_seconds=0,
+            )
+        ),
+        request=dict(job.device_request or {}),
+        mig_profile=job.mig_profile if job.kind == JobKind.MIG else "",
+        count=job.gpus,
+        sharing_config=sharing.dra_sharing_config(
+            mode=pool.sharing_mode,
+            replicas=pool.sharing_replicas,
+            mps_memory_limit=pool.mps_memory_limit,
+        ),
     )
 
 
@@ -296,6 +348,26 @@ def gpus_in_use_per_pool() -> dict[str, int]:
         .order_by()
     )
     return {row["pool"]: int(row["n"] or 0) for row in totals}
+
+
+def dra_devices_for_job(*, job: Job) -> tuple[list[Any], str]:
+    """(devices, error) of a job in a DRA-managed pool: what its claims were allocated, read
+    from the cluster (portal.kube.dra); an error sentence instead when the cluster cannot be
+    read. Empty for other jobs."""
+    if not job.pool_id or not job.pool.dra_managed:
+        return [], ""
+    from kubernetes.config.config_exception import ConfigException
+
+    from portal.kube import dra
+    from portal.kube.apply import KubeError
+
+    if job.state not in ACTIVE:
+        return [], ""  # the pods and their claims are gone
+    try:
+        selector = job_manifests_module.job_selector(job.pk)
+        return dra.allocated_devices(job.project.namespace, selector), ""
+    except (KubeError, ConfigException, OSError) as exc:
+        return [], f"The claims cannot be read right now ({exc.__class__.__name__})."
 
 
 # --- GPU fractions (issue 25) ----------------------------------------------------------------

@@ -563,6 +563,7 @@ def job_request_from(*, project: Project, data: dict[str, Any]) -> JobRequest:
         shm_size=data.get("shm_size") or "",
         termination_grace_seconds=data.get("termination_grace_seconds"),
         secret_files=data.get("secret_files") if data.get("secret_files") is not None else [],
+        device=data.get("device") or None,
     )
 
 
@@ -630,6 +631,7 @@ def job_submit(
             secret_files=list(request.secret_files),
             gpus=r.gpus,
             mig_profile=request.mig_profile if kind == JobKind.MIG else "",
+            device_request=dict(request.device or {}),
             replicas=r.replicas,
             pool=GpuPool.objects.get(slug=request.pool) if request.pool else None,
             eligible_pools=list(r.eligible_pools),

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
+from jobs import device_request, secret_refs
 from jobs import mounts as job_mounts
-from jobs import secret_refs
 from quotas import arithmetic, mig
 
 FULL_GPU = "gpu"
@@ -78,6 +78,17 @@ class PoolFacts:
     guaranteed: dict[str, int] = field(default_factory=dict)  # resource → nominal (guaranteed)
     max_shm_size: str = "64Gi"
     max_termination_grace_seconds: int = 600
+    # Issue 26: sharing (quotas.sharing). A shared or DRA pool is chosen only when named.
+    sharing_mode: str = "exclusive"
+    replicas_per_gpu: int = 1
+    fail_requests_greater_than_one: bool = False
+    dra_managed: bool = False
+
+    @property
+    def opt_in(self) -> bool:
+        """Jobs land here only when the user names the pool: its isolation differs."""
+        return self.replicas_per_gpu > 1 or self.dra_managed
+
     scheduler: str = "kueue"  # kueue | volcano | kai
     fractions_allowed: bool = False  # KAI pools only
     fraction_step: Decimal = Decimal("0.25")
@@ -107,6 +118,8 @@ class JobRequest:
     termination_grace_seconds: int | None = None
     # [{"secret": credential, "path": "/mount/path"}, ...] (jobs.secret_refs checks them)
     secret_files: object = ()
+    # Issue 26: a DRA device by attributes (jobs.device_request), e.g. {"min_memory": "40Gi"}
+    device: object = None
     # Issue 25: a fraction of one GPU (0 < f < 1) or GPU memory in MiB, KAI pools only; and the
     # project's gang backend, used when neither the request nor the pool decides.
     gpu_fraction: object = None
@@ -503,6 +516,39 @@ def _resolve_pools(
                 f"its pools: {_pools_listing(pools)}.",
             )
             return []
+    else:
+        # Shared and DRA pools isolate jobs differently: a job goes there only when asked to.
+        candidates = [p for p in pools if not p.opt_in]
+        if not candidates:
+            result.add(
+                "pool",
+                f"Project {req.project_slug} has quota only in pools whose GPUs are shared or "
+                f"DRA-managed ({_pools_listing(pools)}); name one of them.",
+            )
+            return []
+    shared = [p for p in candidates if p.replicas_per_gpu > 1]
+    if shared and req.kind == "gang":
+        result.add(
+            "kind",
+            f"Pool {shared[0].slug} shares its GPUs ({shared[0].sharing_mode}); gang jobs need "
+            "whole GPUs: choose an exclusive pool.",
+        )
+        return []
+    if shared and req.kind in ("single",) and r.gpus > 1:
+        pool = shared[0]
+        if pool.fail_requests_greater_than_one:
+            result.add(
+                "gpus",
+                f"Pool {pool.slug} is {pool.sharing_mode} with failRequestsGreaterThanOne: a pod "
+                f"may ask for 1 share only (got {r.gpus}); the device plugin refuses more.",
+            )
+        else:
+            result.add(
+                "gpus",
+                f"Pool {pool.slug} is {pool.sharing_mode}: more shares of a GPU give no more "
+                f"compute and no memory isolation; ask for 1 (got {r.gpus}).",
+            )
+        return []
     candidates = _choose_backend(req, candidates, result)
     if not candidates:
         return []
@@ -559,7 +605,12 @@ def _check_admissible(
     limits = []
     for pool in candidates:
         maximum = pool.maximum.get(resource, 0)
-        capacity = pool.gpus_per_node * pool.node_count if resource == FULL_GPU else None
+        # a shared pool holds replicas_per_gpu jobs per GPU; its quota counts shares
+        capacity = (
+            pool.gpus_per_node * pool.node_count * pool.replicas_per_gpu
+            if resource == FULL_GPU
+            else None
+        )
         if needed <= maximum and (capacity is None or needed <= capacity):
             admissible.append(pool)
         else:
@@ -758,6 +809,13 @@ def validate_job_request(
         return result
     candidates = _resolve_pools(req, pools, result)
     if not candidates:
+        return result
+    for pool in candidates if req.device else ():
+        for name, message in device_request.errors(
+            req.device, pool_slug=pool.slug, gpu_model=pool.gpu_model, dra_managed=pool.dra_managed
+        ):
+            result.add(name, message)
+    if result.errors:
         return result
     admissible = _check_admissible(req, candidates, result)
     if not admissible:

@@ -119,7 +119,9 @@ def pool_capacities(
             capacity_gpus=pool.total_gpus,
             quotas=by_pool[pool.slug],
         )
-        capacity = {arithmetic.FULL_GPU: max(0, pool.total_gpus - subscription.mig_gpus)}
+        # a time-slicing or MPS pool holds replicas_per_gpu one-share jobs per GPU
+        whole = max(0, pool.total_gpus - subscription.mig_gpus) * pool.replicas_per_gpu
+        capacity = {arithmetic.FULL_GPU: whole}
         capacity.update(subscription.mig_instances)
         out.append(sim.Pool(slug=pool.slug, capacity=capacity))
     return tuple(out)

@@ -17,7 +17,7 @@ from django.db.models import DecimalField, IntegerField, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 
-from quotas import arithmetic, mig, services
+from quotas import arithmetic, mig, services, sharing
 from quotas import manifests as qm
 from quotas.admin_base import QuotaSyncOnChangeAdminMixin, ServiceModelAdmin, add_service_errors
 from quotas.models import (
@@ -74,6 +74,13 @@ class GpuPoolForm(forms.ModelForm):
             "default_memory",
             "max_shm_size",
             "max_termination_grace_seconds",
+            "sharing_mode",
+            "sharing_replicas",
+            "sharing_rename",
+            "sharing_fail_requests_greater_than_one",
+            "mps_memory_limit",
+            "dra_managed",
+            "dra_feature_gates",
             "scheduler",
             "kai_fractions_allowed",
             "kai_fraction_step",
@@ -92,6 +99,12 @@ class GpuPoolForm(forms.ModelForm):
             "kai_over_quota_weight",
         ):
             self.fields[name].required = False
+        # Issue 26: a form that does not mention sharing keeps the pool as it is (or exclusive).
+        if "sharing_mode" in self.fields:
+            self.fields["sharing_mode"].required = False
+
+    def clean_sharing_mode(self):
+        return self._limit_or_default("sharing_mode")
 
     def _limit_or_default(self, name: str):
         value = self.cleaned_data.get(name)
@@ -194,6 +207,24 @@ def warn_about_quota_sync(request: HttpRequest) -> None:
         )
 
 
+def sharing_summary_text(pool: GpuPool) -> str:
+    """'16 GPUs × 4 replicas = 64 shares; quotas count shares; jobs ask for nvidia.com/gpu; ...'"""
+    if pool.pk is None and not pool.gpu_model:
+        return "—"
+    parts = [pool.shares_text]
+    if pool.is_shared:
+        parts.append(f"quotas in this pool count shares (one share = 1 {pool.gpu_resource})")
+        if not pool.dra_managed:
+            parts.append(
+                f"label the nodes {sharing.CONFIG_LABEL}={sharing.config_key(pool.slug)} "
+                "and give the device plugin that config (admin guide, Pools → GPU sharing)"
+            )
+    if pool.dra_managed:
+        parts.append("DRA-managed: jobs get a ResourceClaimTemplate (gpu.nvidia.com)")
+    parts.append(pool.isolation)
+    return "; ".join(parts)
+
+
 def _subscription_text(subscription: arithmetic.PoolSubscription) -> str:
     text = subscription.summary
     if subscription.oversubscribed:
@@ -241,11 +272,35 @@ class GpuPoolAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
                 )
             },
         ),
+        (
+            "GPU sharing",
+            {
+                "fields": (
+                    "sharing_mode",
+                    "sharing_replicas",
+                    "mps_memory_limit",
+                    "sharing_rename",
+                    "sharing_fail_requests_greater_than_one",
+                    "dra_managed",
+                    "dra_feature_gates",
+                    "sharing_summary",
+                ),
+                "description": (
+                    "Time-slicing and MPS are configured in the NVIDIA device plugin; quotas in a "
+                    "shared pool count shares (GPUs × replicas). See the admin guide, "
+                    "Pools → GPU sharing."
+                ),
+            },
+        ),
     )
 
     def get_readonly_fields(self, request, obj=None):
         # The slug names the Kueue ResourceFlavor; renaming a live pool would orphan it.
-        return ("slug",) if obj is not None else ()
+        return ("slug", "sharing_summary") if obj is not None else ("sharing_summary",)
+
+    @admin.display(description="Sharing")
+    def sharing_summary(self, pool: GpuPool) -> str:
+        return sharing_summary_text(pool)
 
     def service_save(self, request, obj: GpuPool, form, change: bool) -> GpuPool:
         fields = {name: getattr(obj, name) for name in services.POOL_FIELDS}
@@ -282,7 +337,10 @@ class GpuPoolAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
 
     @admin.display(description="GPUs")
     def capacity(self, pool: GpuPool) -> str:
-        return f"{pool.node_count} × {pool.gpus_per_node} = {pool.total_gpus}"
+        text = f"{pool.node_count} × {pool.gpus_per_node} = {pool.total_gpus}"
+        if pool.is_shared:
+            text += f" ({pool.shares_text})"
+        return text
 
     @admin.display(description="MIG profiles")
     def mig_profile_list(self, pool: GpuPool) -> str:

@@ -18,11 +18,32 @@ class GpuPoolSerializer(serializers.ModelSerializer):
     node_labels = serializers.DictField(
         child=serializers.CharField(), read_only=True, help_text="Labels selecting the nodes."
     )
-    capacity_gpus = serializers.SerializerMethodField(help_text="Whole GPUs in the pool.")
+    capacity_gpus = serializers.SerializerMethodField(
+        help_text="Whole GPUs in the pool; in a shared pool, shares (total_shares)."
+    )
     gpus_in_use = serializers.SerializerMethodField(
         help_text="Whole GPUs admitted to jobs now (from the queues' status)."
     )
     free_gpus = serializers.SerializerMethodField(help_text="capacity_gpus − gpus_in_use.")
+    # Issue 26: how the pool's GPUs are shared.
+    sharing_mode = serializers.CharField(
+        read_only=True, help_text="exclusive, time-slicing or mps."
+    )
+    replicas_per_gpu = serializers.IntegerField(
+        read_only=True, help_text="Jobs one GPU holds at once (1 when exclusive)."
+    )
+    total_shares = serializers.IntegerField(
+        read_only=True, help_text="total_gpus × replicas_per_gpu: what quotas here count."
+    )
+    gpu_resource = serializers.CharField(
+        read_only=True, help_text="nvidia.com/gpu, or nvidia.com/gpu.shared when renamed."
+    )
+    dra_managed = serializers.BooleanField(
+        read_only=True, help_text="GPUs published by the NVIDIA DRA driver (ResourceClaims)."
+    )
+    isolation = serializers.CharField(
+        read_only=True, help_text="One sentence: what isolation a job's GPU has in this pool."
+    )
     scheduler = serializers.CharField(
         read_only=True, help_text="Which scheduler runs the pool's jobs: kueue, volcano or kai."
     )
@@ -60,6 +81,12 @@ class GpuPoolSerializer(serializers.ModelSerializer):
             "capacity_gpus",
             "gpus_in_use",
             "free_gpus",
+            "sharing_mode",
+            "replicas_per_gpu",
+            "total_shares",
+            "gpu_resource",
+            "dra_managed",
+            "isolation",
             "scheduler",
             "fractions_allowed",
             "fraction_step",
@@ -76,13 +103,14 @@ class GpuPoolSerializer(serializers.ModelSerializer):
         return cache.get(pool.slug, 0)
 
     def get_capacity_gpus(self, pool: GpuPool) -> int:
-        return pool.total_gpus
+        # the queues count a shared pool's GPUs in shares
+        return pool.total_shares
 
     def get_gpus_in_use(self, pool: GpuPool) -> int:
         return self._in_use(pool)
 
     def get_free_gpus(self, pool: GpuPool) -> int:
-        return max(0, pool.total_gpus - self._in_use(pool))
+        return max(0, pool.total_shares - self._in_use(pool))
 
 
 class GpuPoolViewSet(ClusterReadOnlyViewSet):

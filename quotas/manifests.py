@@ -106,6 +106,14 @@ class PoolSpec:
     default_memory: str
     scheduler: str = "kueue"  # kueue | volcano | kai
     over_quota_weight: int = 1  # KAI: the project queues' overQuotaWeight unless a quota says
+    # Issue 26: the resource whole-GPU quota is given in (nvidia.com/gpu, or nvidia.com/gpu.shared
+    # when the device plugin renames shared GPUs) and the jobs the pool holds at once.
+    gpu_resource: str = GPU_RESOURCE
+    total_shares: int = 0  # 0: total_gpus (exclusive)
+
+    @property
+    def pods_capacity(self) -> int:
+        return self.total_shares or self.total_gpus
 
 
 @dataclass(frozen=True)
@@ -337,7 +345,15 @@ def _project_pools(project: ProjectSpec, pools: tuple[PoolSpec, ...]) -> list[Po
 
 def _covered_resources(pools: list[PoolSpec]) -> list[str]:
     mig = sorted({extended_resource_name(m) for p in pools for m in p.mig_profiles})
-    return ["cpu", "memory", GPU_RESOURCE, *mig]
+    renamed = sorted({p.gpu_resource for p in pools} - {GPU_RESOURCE})
+    return ["cpu", "memory", GPU_RESOURCE, *renamed, *mig]
+
+
+def _pool_resource_name(pool_resource: dict[str, str], pool_slug: str, resource: str) -> str:
+    """A quota's extended resource: whole GPUs are the pool's own name (maybe .shared)."""
+    if resource == FULL_GPU:
+        return pool_resource.get(pool_slug, GPU_RESOURCE)
+    return extended_resource_name(resource)
 
 
 def _quota_entry(name: str, nominal: Any, borrowing: Any | None) -> dict[str, Any]:
@@ -352,14 +368,19 @@ def cluster_queue(
 ) -> dict[str, Any]:
     project_pools = _project_pools(project, pools)
     covered = _covered_resources(project_pools)
-    amounts = {(q.pool_slug, extended_resource_name(q.resource)): q for q in project.quotas}
+    pool_resource = {p.slug: p.gpu_resource for p in project_pools}
+    amounts = {
+        (q.pool_slug, _pool_resource_name(pool_resource, q.pool_slug, q.resource)): q
+        for q in project.quotas
+    }
     flavors = []
     for pool in project_pools:
         resources = [
             # CPU and memory are not rationed by the portal: each pool's whole share, so they
-            # never block a GPU job that its GPU quota admits.
-            _quota_entry("cpu", scale_quantity(pool.default_cpu, pool.total_gpus), None),
-            _quota_entry("memory", scale_quantity(pool.default_memory, pool.total_gpus), None),
+            # never block a GPU job that its GPU quota admits (a shared pool holds one job per
+            # share).
+            _quota_entry("cpu", scale_quantity(pool.default_cpu, pool.pods_capacity), None),
+            _quota_entry("memory", scale_quantity(pool.default_memory, pool.pods_capacity), None),
         ]
         for name in covered[2:]:
             amount = amounts.get((pool.slug, name))

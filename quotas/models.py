@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
-from quotas import arithmetic, mig
+from quotas import arithmetic, mig, sharing
 from tenants.models import Department, Project, dns1123_label_validator
 
 FULL_GPU = arithmetic.FULL_GPU  # the resource name of a whole GPU in ProjectQuota.resource
@@ -149,6 +149,42 @@ class GpuPool(models.Model):
         default=600,
         help_text="Longest grace period (seconds between SIGTERM and the kill) a job may ask for.",
     )
+    # Issue 26: how the pool's GPUs are shared (quotas.sharing holds the rules).
+    sharing_mode = models.CharField(
+        max_length=16,
+        choices=[(m, sharing.MODE_LABELS[m]) for m in sharing.MODES],
+        default=sharing.EXCLUSIVE,
+        help_text="exclusive (one job per GPU), time-slicing or mps (N jobs per GPU).",
+    )
+    sharing_replicas = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="Time-slicing replicas or MPS clients per GPU (2-64; MPS at most 48).",
+    )
+    sharing_rename = models.BooleanField(
+        default=False,
+        help_text="Device plugin renameByDefault: jobs ask for nvidia.com/gpu.shared.",
+    )
+    sharing_fail_requests_greater_than_one = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Device plugin failRequestsGreaterThanOne; empty = the plugin's default "
+            "(false for time-slicing, true for MPS)."
+        ),
+    )
+    mps_memory_limit = models.CharField(
+        max_length=16, blank=True, help_text="MPS: pinned device memory per client, e.g. 20Gi."
+    )
+    dra_managed = models.BooleanField(
+        default=False,
+        help_text="The NVIDIA DRA driver (not the device plugin) publishes these GPUs.",
+    )
+    dra_feature_gates = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='DRA driver alpha gates enabled, e.g. ["TimeSlicingSettings", "MPSSupport"].',
+    )
     # Issue 25: the pool's scheduler and KAI's GPU fractions. Kept apart from the GPU sharing
     # modes (time-slicing, MPS, DRA) a pool may also have.
     scheduler = models.CharField(
@@ -196,6 +232,33 @@ class GpuPool(models.Model):
         return self.node_count * self.gpus_per_node
 
     @property
+    def replicas_per_gpu(self) -> int:
+        """Jobs one GPU holds at once: 1, or the time-slicing replicas / MPS clients."""
+        return sharing.replicas_per_gpu(self.sharing_mode, self.sharing_replicas)
+
+    @property
+    def total_shares(self) -> int:
+        """What quotas in this pool count: GPUs × replicas (GPUs when exclusive)."""
+        return self.total_gpus * self.replicas_per_gpu
+
+    @property
+    def is_shared(self) -> bool:
+        return sharing.is_shared(self.sharing_mode)
+
+    @property
+    def gpu_resource(self) -> str:
+        """The extended resource a whole-GPU (or one-share) job asks for in this pool."""
+        return sharing.gpu_resource_name(self.sharing_mode, self.sharing_rename)
+
+    @property
+    def shares_text(self) -> str:
+        return sharing.shares_text(self.total_gpus, self.sharing_mode, self.sharing_replicas)
+
+    @property
+    def isolation(self) -> str:
+        return sharing.isolation_sentence(self.sharing_mode)
+
+    @property
     def gpu_memory(self) -> int | None:
         """MiB of one GPU: the admin's figure, else the model name's."""
         return self.gpu_memory_mib or gpu_memory_from_model(self.gpu_model)
@@ -230,9 +293,35 @@ class GpuPool(models.Model):
             profiles_ok = bool(self.gpu_model)
         except ValidationError:
             profiles_ok = False
+        if self.dra_feature_gates is None:
+            self.dra_feature_gates = []
+        if not isinstance(self.dra_feature_gates, list) or not all(
+            isinstance(g, str) for g in self.dra_feature_gates
+        ):
+            errors.setdefault("dra_feature_gates", []).append(
+                'Feature gates must be a JSON list of names, e.g. ["MPSSupport"].'
+            )
+        else:
+            for name, messages in sharing.pool_errors(
+                gpu_model=self.gpu_model,
+                mig_profiles=self.mig_profiles if isinstance(self.mig_profiles, list) else [],
+                mode=self.sharing_mode,
+                replicas=self.sharing_replicas,
+                rename=self.sharing_rename,
+                fail_greater_than_one=self.sharing_fail_requests_greater_than_one,
+                mps_memory_limit=self.mps_memory_limit,
+                dra_managed=self.dra_managed,
+                dra_feature_gates=self.dra_feature_gates,
+            ).items():
+                errors.setdefault(name, []).extend(messages)
         if isinstance(self.node_labels, dict) and not self.node_labels and self.gpu_model:
-            # Kueue's ResourceFlavor needs a selector; the GFD product label is the natural one.
-            self.node_labels = {GPU_PRODUCT_LABEL: self.gpu_model}
+            # Kueue's ResourceFlavor needs a selector; the GFD product label is the natural one
+            # (GFD appends -SHARED to it on nodes whose GPUs are shared and not renamed).
+            self.node_labels = {
+                GPU_PRODUCT_LABEL: sharing.product_label(
+                    self.gpu_model, mode=self.sharing_mode, rename=self.sharing_rename
+                )
+            }
         if profiles_ok:
             if self.mig_profiles and not mig.is_mig_capable(self.gpu_model):
                 errors.setdefault("mig_profiles", []).append(

@@ -124,7 +124,8 @@ def pool_subscriptions(*, pools: Iterable[GpuPool]) -> dict[int, arithmetic.Pool
         pool.pk: arithmetic.pool_subscription(
             pool=pool.slug,
             gpu_model=pool.gpu_model,
-            capacity_gpus=pool.total_gpus,
+            # a shared pool's quotas count replicas: its capacity is in shares
+            capacity_gpus=pool.total_shares,
             quotas=by_slug[pool.slug],
         )
         for pool in pools

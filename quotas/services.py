@@ -54,6 +54,17 @@ POOL_FIELDS = (
     "gpu_memory_mib",
     "kai_over_quota_weight",
 )
+# Issue 26: how the pool shares its GPUs (quotas.sharing); kept apart so they merge cleanly.
+SHARING_FIELDS = (
+    "sharing_mode",
+    "sharing_replicas",
+    "sharing_rename",
+    "sharing_fail_requests_greater_than_one",
+    "mps_memory_limit",
+    "dra_managed",
+    "dra_feature_gates",
+)
+POOL_FIELDS = POOL_FIELDS + SHARING_FIELDS
 
 
 def _raise(errors: Mapping[str, list[str]]) -> None:
@@ -208,7 +219,8 @@ def pool_create(
     **kai: Any,
 ) -> GpuPool:
     """Create a pool; empty node_labels select its nodes by the GFD product label. ``kai``:
-    scheduler, kai_fractions_allowed, kai_fraction_step, gpu_memory_mib, kai_over_quota_weight."""
+    scheduler, kai_fractions_allowed, kai_fraction_step, gpu_memory_mib, kai_over_quota_weight,
+    and the sharing options (SHARING_FIELDS)."""
     _require_staff(actor, "create GPU pools")
     pool = GpuPool(
         slug=slug,

@@ -90,6 +90,8 @@ def quota_model() -> qm.QuotaModel:
             total_gpus=p.total_gpus,
             default_cpu=p.default_cpu,
             default_memory=p.default_memory,
+            gpu_resource=p.gpu_resource,
+            total_shares=p.total_shares,
             scheduler=p.scheduler,
             over_quota_weight=p.kai_over_quota_weight,
         )

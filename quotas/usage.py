@@ -53,7 +53,8 @@ def quantity(value: Any) -> Decimal:
 
 
 def portal_resource(name: str) -> str | None:
-    if name == GPU_RESOURCE:
+    # a renamed shared pool's nvidia.com/gpu.shared counts as its whole-GPU quota (shares)
+    if name in (GPU_RESOURCE, GPU_RESOURCE + ".shared"):
         return "gpu"
     if name.startswith(MIG_PREFIX):
         return name[len(MIG_PREFIX) :]

@@ -54,6 +54,14 @@ class GpuView:
     model: str
     holder: Holder | None  # whole-GPU holder (None for a MIG GPU: see slices)
     slices: tuple[DeviceView, ...] = ()
+    # Issue 26: a time-sliced or MPS GPU holds up to `shares` jobs; every current holder
+    shares: int = 1
+    holders: tuple[Holder, ...] = ()
+
+    @property
+    def shared(self) -> bool:
+        return self.shares > 1
+
     # KAI GPU fractions: who holds which part of a shared GPU (holder, share), biggest first.
     parts: tuple[tuple[Holder, float], ...] = ()
 
@@ -99,6 +107,8 @@ class PoolView:
     name: str
     gpu_model: str
     nodes: list[NodeView] = field(default_factory=list)
+    isolation: str = ""
+    shares: int = 1
 
     @property
     def devices(self) -> int:
@@ -130,6 +140,8 @@ class PoolSelector:
     name: str
     gpu_model: str
     node_labels: dict[str, str]
+    shares: int = 1  # jobs per GPU (time-slicing replicas / MPS clients)
+    isolation: str = ""
 
 
 @dataclass
@@ -170,6 +182,7 @@ def build_cluster_map(
     pools = list(pools)
     by_uuid: dict[str, int] = {}
     by_index: dict[tuple[str, int], int] = {}
+    all_by_uuid: dict[str, list[int]] = {}  # a shared GPU has several holders
     shared: dict[str, dict[int, float]] = {}
     for hold in holds:
         if hold.share is not None:
@@ -177,12 +190,21 @@ def build_cluster_map(
                 shared.setdefault(uuid, {})[hold.job_id] = hold.share
             continue
         for uuid in hold.gpu_uuids:
-            by_uuid[uuid] = hold.job_id
+            by_uuid.setdefault(uuid, hold.job_id)
+            if hold.job_id not in all_by_uuid.setdefault(uuid, []):
+                all_by_uuid[uuid].append(hold.job_id)
         if not hold.gpu_uuids:
             for index in hold.gpu_indices:
                 by_index[(hold.node, index)] = hold.job_id
     views: dict[str, PoolView] = {
-        p.slug: PoolView(slug=p.slug, name=p.name, gpu_model=p.gpu_model) for p in pools
+        p.slug: PoolView(
+            slug=p.slug,
+            name=p.name,
+            gpu_model=p.gpu_model,
+            isolation=p.isolation,
+            shares=p.shares,
+        )
+        for p in pools
     }
 
     def holder(job_id: int | None) -> Holder | None:
@@ -190,6 +212,8 @@ def build_cluster_map(
 
     for node in nodes:
         gpus = []
+        pool = pool_of(node, pools)
+        shares = pool.shares if pool else 1
         for gpu in node.gpus:
             if gpu.mig:
                 slices = tuple(
@@ -209,8 +233,20 @@ def build_cluster_map(
                     shared.get(gpu.uuid, {}).items(), key=lambda item: (-item[1], item[0])
                 )
             )
-            gpus.append(GpuView(gpu.index, gpu.uuid, gpu.model, holder=holder(job_id), parts=parts))
-        pool = pool_of(node, pools)
+            sharers = (
+                tuple(holder_for(j) for j in all_by_uuid.get(gpu.uuid, ())) if shares > 1 else ()
+            )
+            gpus.append(
+                GpuView(
+                    gpu.index,
+                    gpu.uuid,
+                    gpu.model,
+                    holder=holder(job_id),
+                    shares=shares,
+                    holders=sharers,
+                    parts=parts,
+                )
+            )
         slug = pool.slug if pool else OTHER_POOL
         if slug not in views:
             model = node.labels.get("nvidia.com/gpu.product", "")
@@ -253,7 +289,14 @@ def cluster_map_for(*, user: Any, max_age: float | None = None) -> ClusterMap:
     from portal.kube.apply import KubeError
 
     pools = [
-        PoolSelector(p.slug, p.name, p.gpu_model, dict(p.node_labels or {}))
+        PoolSelector(
+            p.slug,
+            p.name,
+            p.gpu_model,
+            dict(p.node_labels or {}),
+            shares=p.replicas_per_gpu,
+            isolation=p.isolation,
+        )
         for p in GpuPool.objects.order_by("slug")
     ]
     error = ""

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from governance.dispatch import member_limit_gate
 from governance.member_limits import MEMBER_LIMIT_REASON
+from jobs import device_request
 from jobs.manifests import job_selector, object_name, primary_manifest
 from jobs.models import Job
 from jobs.reconcile.locking import JobBusy, job_lock
@@ -70,6 +71,8 @@ JOB_OBJECT_KINDS = (
     ("batch/v1", "Job"),
     ("v1", "Service"),
     ("batch.volcano.sh/v1alpha1", "Job"),
+    # a DRA-managed pool's job (issue 26); clusters without resource.k8s.io/v1 skip it
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"),
 )
 LOG_PODS = 3
 LOG_LINES = 20
@@ -159,9 +162,20 @@ def delete_job_objects(job: Job) -> int:
     Returns how many were still there."""
     ns = job.project.namespace
     name = object_name(job.pk)
+    deleted = 0
+    if job.pool_id and job.pool.dra_managed:
+        # the claims made from it go with their pods; the template is the portal's own
+        deleted += int(
+            kube.delete(
+                "resource.k8s.io/v1",
+                "ResourceClaimTemplate",
+                device_request.template_name(job.pk),
+                ns,
+            )
+        )
     if job.backend == "volcano":
-        return int(kube.delete("batch.volcano.sh/v1alpha1", "Job", name, ns))
-    deleted = int(kube.delete("batch/v1", "Job", name, ns))
+        return deleted + int(kube.delete("batch.volcano.sh/v1alpha1", "Job", name, ns))
+    deleted += int(kube.delete("batch/v1", "Job", name, ns))
     if job.kind == "gang":
         deleted += int(kube.delete("v1", "Service", name, ns))
     return deleted

@@ -287,6 +287,12 @@ class JobCreateSerializer(serializers.Serializer):
         help_text='Data volumes: [{"volume": "imagenet", "path": "/data", "read_only": true}]; '
         "path defaults to the volume's default mount path, read_only to its access.",
     )
+    device = serializers.JSONField(
+        required=False,
+        help_text='DRA-managed pools only: the GPU by its attributes, e.g. {"min_memory": "40Gi", '
+        '"architecture": "Hopper", "min_compute_capability": "8.0", "product_name": '
+        '"NVIDIA H100 80GB HBM3"}.',
+    )
     shm_size = StrictCharField(
         required=False,
         allow_blank=True,

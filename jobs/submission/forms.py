@@ -16,6 +16,7 @@ from django import forms
 from jobs.models import Job, JobKind
 from jobs.submission import form_advanced
 from jobs.validation import BACKENDS, DEFAULT_RUNTIME_MINUTES, GANG_MAX, MAX_GPUS_PER_POD, PoolFacts
+from quotas import sharing
 
 # Issue 25: a fourth choice of the form only; it is sent as kind "single" with gpu_fraction.
 FRACTION_KIND = "fraction"
@@ -138,7 +139,11 @@ class JobSubmitForm(forms.Form):
         label="GPU pool",
         required=False,
         widget=SelectWithReasons,
-        help_text="Where to run; by default any pool the project has quota in.",
+        help_text="Where to run; by default any exclusive pool the project has quota in (shared "
+        "and DRA-managed pools only when chosen here). "
+        + sharing.ISOLATION[sharing.EXCLUSIVE]
+        + " "
+        + sharing.ISOLATION["mig"],
     )
     cpu = forms.CharField(
         label="CPU per pod",
@@ -234,7 +239,14 @@ class JobSubmitForm(forms.Form):
         project = self.selected_project()
         pool_field = self.fields["pool"]
         pool_field.choices = [("", "Any pool of the project")] + [
-            (p.slug, f"{p.name} ({p.slug}, {p.gpu_model})") for p in pools
+            # Issue 26: a shared or DRA pool says, in one sentence, what isolation it gives
+            # (the field's help says it for exclusive GPUs and MIG).
+            (
+                p.slug,
+                f"{p.name} ({p.slug}, {p.gpu_model})"
+                + (f" — {p.isolation}" if p.is_shared or p.dra_managed else ""),
+            )
+            for p in pools
         ]
         pool_field.widget.reasons = {
             p.slug: f"project {project} has no quota in this pool"

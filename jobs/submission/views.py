@@ -9,12 +9,14 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
 
+from gpumetrics.attribution import SHARED_NOTE
 from jobs.arrays import shape as arrays
 from jobs.arrays.services import array_submit
 from jobs.job_templates.services import template_create, template_list_visible_to
 from jobs.redact import redact_manifests
 from jobs.render import manifests_yaml
 from jobs.selectors import (
+    dra_devices_for_job,
     job_events,
     job_list_visible_to,
     job_manifests,
@@ -80,6 +82,9 @@ class JobDetailView(LoginRequiredMixin, View):
         if not request.htmx:
             # planner: the forecast and advice of a waiting job, right-sizing of a finished one
             context["planner"] = job_planner_context(job=job, user=request.user)
+            # issue 26: a shared GPU's figures, a DRA claim's device
+            context["sharing_note"] = SHARED_NOTE
+            context["dra_devices"], context["dra_error"] = dra_devices_for_job(job=job)
         if request.htmx:
             # The live fragments; once finished they come back without their triggers.
             return render(request, "jobs/partials/live.html", context)

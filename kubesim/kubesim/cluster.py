@@ -25,6 +25,15 @@ Format (documented in the README's kubesim section):
             layout:                   # GPUs not listed keep MIG disabled
               - gpus: "0-3"           # "0-3", "4,5", 6 or a list
                 profiles: {"1g.10gb": 7}   # or a list ["3g.40gb", "2g.20gb", "1g.10gb"]
+          sharing:                    # optional: the device plugin's sharing config (issue 26)
+            strategy: time-slicing    # or mps (not with MIG)
+            replicas: 4               # >= 2
+            renameByDefault: false    # true: advertise nvidia.com/gpu.shared
+            failRequestsGreaterThanOne: false   # default false; true for mps (plugin v0.20.0)
+            config: ts-4              # optional nvidia.com/device-plugin.config label value
+          dra: true                   # optional: the NVIDIA DRA driver publishes these GPUs as
+                                      # ResourceSlices instead of the device plugin
+    dcgmExporter: {kubernetesVirtualGpus: false}   # top level, optional
 """
 
 from __future__ import annotations
@@ -68,6 +77,27 @@ class Device:
     gi_id: int | None = None
     placement_start: int | None = None
     healthy: bool = True
+    physical_uuid: str = ""  # a shared replica: the GPU or MIG UUID it is a share of
+    replica: int | None = None
+
+    @property
+    def device_uuid(self) -> str:
+        """The physical GPU or MIG device (what NVIDIA_VISIBLE_DEVICES and NVML show)."""
+        return self.physical_uuid or self.uuid
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """The device plugin's sharing config on a node (k8s-device-plugin v0.20.0 semantics)."""
+
+    strategy: str  # time-slicing | mps
+    replicas: int
+    rename: bool = False
+    fail_requests_greater_than_one: bool = False
+    config: str = ""
+
+    def resource(self, name: str) -> str:
+        return name + ".shared" if self.rename else name
 
 
 @dataclass
@@ -96,15 +126,45 @@ class NodeSpec:
     mig_strategy: str = "none"
     mig_config: str = ""
     gpus: list[Gpu] = field(default_factory=list)
+    sharing: Sharing | None = None
+    dra: bool = False  # GPUs published by the DRA driver, not advertised by the device plugin
 
     @property
-    def devices(self) -> list[Device]:
+    def physical_devices(self) -> list[Device]:
         out: list[Device] = []
         for gpu in self.gpus:
             if gpu.mig_enabled:
                 out.extend(gpu.instances)
             else:
                 out.append(Device(gpu.uuid, "nvidia.com/gpu", gpu.index, gpu.uuid, gpu.pci_bus_id))
+        return out
+
+    @property
+    def devices(self) -> list[Device]:
+        """What the device plugin advertises: nothing under DRA; with sharing, each device
+        `replicas` times with the annotated IDs `<UUID>::<n>` the plugin hands out."""
+        if self.dra:
+            return []
+        physical = self.physical_devices
+        if self.sharing is None:
+            return physical
+        out: list[Device] = []
+        for device in physical:
+            for n in range(self.sharing.replicas):
+                out.append(
+                    Device(
+                        uuid=f"{device.uuid}::{n}",
+                        resource=self.sharing.resource(device.resource),
+                        gpu_index=device.gpu_index,
+                        gpu_uuid=device.gpu_uuid,
+                        pci_bus_id=device.pci_bus_id,
+                        profile=device.profile,
+                        gi_id=device.gi_id,
+                        placement_start=device.placement_start,
+                        physical_uuid=device.uuid,
+                        replica=n,
+                    )
+                )
         return out
 
     @property
@@ -121,6 +181,8 @@ class Cluster:
     nodes: list[NodeSpec]
     driver_version: str = "550.54.15"
     cuda_version: str = "12.4"
+    # dcgm-exporter KUBERNETES_VIRTUAL_GPUS: one series per pod on a shared GPU
+    virtual_gpus: bool = False
     # registry hosts whose images need an imagePullSecret (cluster YAML `registries.private`)
     private_registries: list[str] = field(default_factory=list)
     _by_name: dict[str, NodeSpec] = field(default_factory=dict, repr=False)
@@ -257,6 +319,13 @@ def parse_cluster(data: dict) -> Cluster:
                         if index in layout:
                             raise ClusterSpecError(f"{ewhere}.gpus: GPU {index} is listed twice")
                         layout[index] = profiles
+        sharing = _parse_sharing(gpu.get("sharing") if gpu else None, where, layout)
+        dra = bool(gpu.get("dra")) if gpu else False
+        if dra and sharing is not None:
+            raise ClusterSpecError(
+                f"{where}.gpu.dra: the device plugin's sharing and the DRA driver cannot serve "
+                "the same GPUs"
+            )
         taints = pool.get("taints")
         if taints is None:
             taints = [dict(GPU_TAINT)] if gpu_model else []
@@ -287,6 +356,8 @@ def parse_cluster(data: dict) -> Cluster:
                 gpu_model=gpu_model,
                 mig_strategy="mixed" if layout else "none",
                 mig_config=("custom-" + name) if layout else "all-disabled",
+                sharing=sharing,
+                dra=dra,
             )
             for g in range(gpu_count):
                 spec.gpus.append(_build_gpu(node_name, g, gpu_model, layout.get(g)))
@@ -296,6 +367,33 @@ def parse_cluster(data: dict) -> Cluster:
         driver_version=str(data.get("driverVersion", "550.54.15")),
         cuda_version=str(data.get("cudaVersion", "12.4")),
         private_registries=_private_registries(data.get("registries")),
+        virtual_gpus=bool((data.get("dcgmExporter") or {}).get("kubernetesVirtualGpus")),
+    )
+
+
+def _parse_sharing(value, where: str, layout: dict) -> Sharing | None:
+    if value is None:
+        return None
+    where = f"{where}.gpu.sharing"
+    if not isinstance(value, dict):
+        raise ClusterSpecError(f"{where}: must be a mapping")
+    strategy = value.get("strategy")
+    if strategy not in ("time-slicing", "mps"):
+        raise ClusterSpecError(f"{where}.strategy: time-slicing or mps")
+    replicas = value.get("replicas")
+    if not isinstance(replicas, int) or replicas < 2:
+        raise ClusterSpecError(f"{where}.replicas: number of replicas must be >= 2")
+    if strategy == "mps" and layout:
+        raise ClusterSpecError(f"{where}: sharing using MPS is not supported for MIG devices")
+    fail = value.get("failRequestsGreaterThanOne")
+    if fail is None:
+        fail = strategy == "mps"  # v0.20.0: nil means true for MPS, false for time-slicing
+    return Sharing(
+        strategy=strategy,
+        replicas=replicas,
+        rename=bool(value.get("renameByDefault", False)),
+        fail_requests_greater_than_one=bool(fail),
+        config=str(value.get("config") or ""),
     )
 
 
@@ -425,6 +523,20 @@ def gfd_labels(spec: NodeSpec, cluster: Cluster, timestamp: int) -> dict[str, st
         "nvidia.com/vgpu.present": "false",
         "nvidia.com/gfd.timestamp": str(timestamp),
     }
+    if spec.sharing is not None:
+        # GFD with a sharing config: per-GPU replicas, the strategy, -SHARED unless renamed
+        labels["nvidia.com/gpu.replicas"] = str(spec.sharing.replicas)
+        labels["nvidia.com/gpu.sharing-strategy"] = spec.sharing.strategy
+        if not spec.sharing.rename:
+            labels["nvidia.com/gpu.product"] = model.product + "-SHARED"
+        if spec.sharing.strategy == "mps":
+            labels["nvidia.com/mps.capable"] = "true"
+        if spec.sharing.config:
+            labels["nvidia.com/device-plugin.config"] = spec.sharing.config
+    if spec.dra:
+        # the DRA driver's install path turns the device plugin off on these nodes
+        labels["nvidia.com/gpu.deploy.device-plugin"] = "false"
+        labels["nvidia.com/dra-driver-gpu.enabled"] = "true"
     if model.mig_capable:
         labels["nvidia.com/mig.config"] = spec.mig_config
         labels["nvidia.com/mig.config.state"] = "success"
@@ -443,8 +555,9 @@ def gfd_labels(spec: NodeSpec, cluster: Cluster, timestamp: int) -> dict[str, st
             labels[f"{key}.memory"] = str(profile.memory_mib)
             labels[f"{key}.multiprocessors"] = str(profile.multiprocessors)
             labels[f"{key}.product"] = f"{model.product}-MIG-{name}"
-            labels[f"{key}.replicas"] = "1"
-            labels[f"{key}.sharing-strategy"] = "none"
+            shared = spec.sharing is not None
+            labels[f"{key}.replicas"] = str(spec.sharing.replicas) if shared else "1"
+            labels[f"{key}.sharing-strategy"] = spec.sharing.strategy if shared else "none"
             labels[f"{key}.slices.gi"] = str(profile.compute_slices)
             labels[f"{key}.slices.ci"] = str(profile.compute_slices)
     return labels

@@ -45,6 +45,11 @@ KINDS: dict[str, tuple[str, bool]] = {
     "PersistentVolume": ("persistentvolumes", False),
     "NetworkPolicy": ("networkpolicies", True),
     "RoleBinding": ("rolebindings", True),
+    # resource.k8s.io/v1 (issue 26: a job's claim template in a DRA-managed pool)
+    "ResourceClaimTemplate": ("resourceclaimtemplates", True),
+    "ResourceClaim": ("resourceclaims", True),
+    "ResourceSlice": ("resourceslices", False),
+    "DeviceClass": ("deviceclasses", False),
 }
 
 

@@ -57,6 +57,29 @@ KAI_POOLS = {
     )
 }
 
+# Pools that share their GPUs (kubesim's demo cluster, not its default one): slug, name, GFD
+# product, nodes, GPUs per node, node labels, sharing options (quotas.sharing).
+SHARED_POOLS = [
+    (
+        "t4-shared",
+        "T4 time-sliced ×4",
+        "Tesla-T4",
+        1,
+        1,
+        {GPU_PRODUCT_LABEL: "Tesla-T4-SHARED"},
+        {"sharing_mode": "time-slicing", "sharing_replicas": 4},
+    ),
+    (
+        "h100-dra",
+        "H100 through DRA",
+        "NVIDIA-H100-80GB-HBM3",
+        1,
+        2,
+        {"nvidia.com/dra-driver-gpu.enabled": "true"},
+        {"dra_managed": True},
+    ),
+]
+
 # project, pool, resource, nominal, borrowing limit (None = may borrow all idle department quota)
 QUOTAS = [
     ("vision", "h100", "gpu", 8, 4),
@@ -73,6 +96,8 @@ QUOTAS = [
     ("speech", "a100", "gpu", 4, 4),
     ("vision", "l40s-kai", "gpu", 2, None),
     ("nlp", "l40s-kai", "gpu", 2, None),
+    ("nlp", "t4-shared", "gpu", 4, 0),  # four shares of the one time-sliced T4
+    ("speech", "h100-dra", "gpu", 2, 0),
 ]
 
 # department, pool, resource, limit
@@ -149,6 +174,21 @@ def seed_demo_org() -> SeedResult:
                 mig_profiles=profiles,
                 node_labels={GPU_PRODUCT_LABEL: model, **labels},
                 **settings,
+            )
+        pools[slug] = pool
+    for slug, name, model, nodes, per_node, labels, options in SHARED_POOLS:
+        pool = GpuPool.objects.filter(slug=slug).first()
+        result.count("pools", pool is None)
+        if pool is None:
+            pool = quota_services.pool_create(
+                actor=admin,
+                slug=slug,
+                name=name,
+                gpu_model=model,
+                node_count=nodes,
+                gpus_per_node=per_node,
+                node_labels=labels,
+                **options,
             )
         pools[slug] = pool
 

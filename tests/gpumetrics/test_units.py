@@ -88,6 +88,19 @@ def test_isolation_check_one_device_in_two_jobs():
     assert "in this job and in job(s) 5" in out.warnings[6][0]
 
 
+@pytest.mark.parametrize(
+    ("shared", "warned"),
+    [((True, True), False), ((True, False), True), ((False, False), True)],
+)
+def test_isolation_check_knows_the_pools_sharing_mode(shared, warned):
+    """Two jobs on one GPU are expected in a time-slicing/MPS pool, not otherwise."""
+    out = attribute(
+        [reading("GPU-a", "gp-job-5-a", "ns"), reading("GPU-a", "gp-job-6-a", "ns")],
+        {5: JobFacts(5, "ns", 1, shared=shared[0]), 6: JobFacts(6, "ns", 1, shared=shared[1])},
+    )
+    assert bool(out.warnings) == warned
+
+
 def test_devices_expected_per_kind():
     assert devices_expected("single", 1, 1) == 1
     assert devices_expected("single", 8, 1) == 8

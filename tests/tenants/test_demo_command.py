@@ -57,6 +57,17 @@ def test_supervise_stops_children_on_ctrl_c():
     assert all(child.process.poll() is not None for child in children)
 
 
+def _claim_templates_in(kubeconfig: Path, namespace: str) -> list[str]:
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        items = client.ResourceV1Api(api).list_namespaced_resource_claim_template(namespace)
+    finally:
+        api.close()
+    return [t.metadata.name for t in items.items]
+
+
 def _batch_jobs_in(kubeconfig: Path, namespace: str) -> list[str]:
     from kubernetes import client, config
 
@@ -115,6 +126,12 @@ def test_manage_py_demo_serves_until_interrupted(tmp_path: Path):
             job_names = _batch_jobs_in(kubeconfig, "gp-vision")
             time.sleep(0.5)
         assert len(job_names) == 5, job_names
+        # the demo cluster's shared pools: a time-sliced T4 job and a DRA job with its claim
+        # template (speech also has a Volcano gang, not a batch Job)
+        while time.monotonic() < deadline and len(_batch_jobs_in(kubeconfig, "gp-speech")) < 1:
+            time.sleep(0.5)
+        assert len(_batch_jobs_in(kubeconfig, "gp-nlp")) >= 2
+        assert _claim_templates_in(kubeconfig, "gp-speech")
         process.send_signal(signal.SIGINT)
         output, _ = process.communicate(timeout=30)
     finally:
@@ -123,7 +140,9 @@ def test_manage_py_demo_serves_until_interrupted(tmp_path: Path):
             process.communicate()
     assert process.returncode == 0, output
     assert "vision-admin" in output
-    assert "Submitted 7 sample jobs." in output
+    from jobs.demo import SAMPLE_JOBS
+
+    assert f"Submitted {len(SAMPLE_JOBS)} sample jobs." in output
     assert "Demo stopped." in output
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0  # runserver is gone

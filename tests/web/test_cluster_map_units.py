@@ -132,3 +132,33 @@ def test_holders_by_uuid_or_by_index_and_foreign_ones_stay_anonymous():
     n2 = other.nodes[0]
     assert [g.holder is not None for g in n2.gpus] == [False, True]
     assert (result.devices, result.held) == (4, 3)
+
+
+def test_a_shared_gpu_lists_every_holder():
+    shared = node(
+        "ts-0",
+        {"nvidia.com/gpu.product": "Tesla-T4-SHARED"},
+        annotation=[{"index": 0, "uuid": "GPU-t", "model": "Tesla T4", "migEnabled": False}],
+    )
+    pools = [
+        PoolSelector(
+            "ts",
+            "T4",
+            "Tesla-T4",
+            {"nvidia.com/gpu.product": "Tesla-T4-SHARED"},
+            shares=4,
+            isolation="Time-slicing: ...",
+        )
+    ]
+    holds = [PodHold(job_id=j, node="ts-0", gpu_uuids=("GPU-t",), gpu_indices=()) for j in (1, 2)]
+    result = build_cluster_map(
+        nodes=[node_info(shared)],
+        pools=pools,
+        holds=holds,
+        holder_for=lambda j: Holder(job_id=j, visible=True, label=f"p/job-{j}"),
+    )
+    (gpu,) = result.pools[0].nodes[0].gpus
+    assert gpu.shared
+    assert gpu.shares == 4
+    assert [h.label for h in gpu.holders] == ["p/job-1", "p/job-2"]
+    assert result.pools[0].isolation == "Time-slicing: ..."

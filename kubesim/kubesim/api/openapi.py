@@ -27,6 +27,7 @@ _BUILTIN_PACKAGES = {
     "events.k8s.io": "io.k8s.api.events",
     "scheduling.k8s.io": "io.k8s.api.scheduling",
     "coordination.k8s.io": "io.k8s.api.coordination",
+    "resource.k8s.io": "io.k8s.api.resource",
     "apiextensions.k8s.io": "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions",
 }
 

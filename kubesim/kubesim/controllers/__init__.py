@@ -24,6 +24,7 @@ async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
     from kubesim import cluster as cluster_mod
     from kubesim.controllers import (
         disruption,
+        dra,
         endpoints,
         endpointslices,
         faults,
@@ -64,6 +65,7 @@ async def start(server, options: argparse.Namespace) -> list[asyncio.Task]:
     workloads.start(ctx)
     kubelet.start(ctx)
     dcgm.start(ctx)
+    dra.start(ctx)
     faults.start(ctx)
     for module_name in QUEUE_CONTROLLERS:
         try:

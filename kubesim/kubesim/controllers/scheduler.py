@@ -21,7 +21,7 @@ from decimal import Decimal
 from kubesim.api.errors import ApiError
 from kubesim.api.quantity import Quantity
 from kubesim.clock import rfc3339
-from kubesim.controllers import events, storage
+from kubesim.controllers import dra, events, storage
 from kubesim.controllers.context import follow
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -530,10 +530,37 @@ class DefaultScheduler:
                     f"available: {count} Preemption is not helpful for scheduling.",
                 )
                 continue
-            placement, failure = place([current], nodes, usage)
+            claims: list[dict] = []
+            dra_plans: dict[str, list] = {}
+            candidates = nodes
+            dra_failures: dict[str, list[str]] = {}
+            if dra.has_claims(current):
+                # DRA: only nodes where every claim gets devices its CEL selectors accept
+                claims, problem = dra.pod_claims(self.store, current)
+                if problem is not None:
+                    count = len(nodes)
+                    mark_unschedulable(
+                        self.store, current, f"0/{count} nodes are available: {problem}."
+                    )
+                    continue
+                candidates = []
+                for node in nodes:
+                    name = node["metadata"]["name"]
+                    plan = dra.plan_for_node(self.store, claims, name)
+                    if plan is None:
+                        dra_failures[name] = [dra.CANNOT_ALLOCATE]
+                    else:
+                        dra_plans[name] = plan
+                        candidates.append(node)
+            placement, failure = place([current], candidates, usage)
+            if failure is not None and dra_failures:
+                failure = {**failure, **dra_failures}
             if failure is None:
                 node_name = placement[key[1]]
                 try:
+                    if claims:
+                        dra.allocate(self.store, dra_plans[node_name], current, node_name)
+                        dra.reserve(self.store, claims, current)
                     bind(self.store, current, node_name)
                 except ApiError as exc:
                     if exc.code in (404, 409):

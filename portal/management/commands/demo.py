@@ -149,7 +149,8 @@ def demo_children(*, addr: str) -> list[Child]:
         str(kubeconfig),
         "--state",
         str(var / "kubesim" / "state.json"),
-        # kubesim's default cluster plus a KAI node pool for the demo's GPU fractions
+        # kubesim's default cluster plus a KAI node pool for the demo's GPU fractions, a
+        # time-slicing pool and a DRA-managed pool
         "--cluster",
         str(DEMO_CLUSTER),
     ]

@@ -22,6 +22,10 @@ Readings follow the load: a GPU held by a running container that does GPU work i
 free, or held by a container that only sleeps (a script kubesim's shell reads: sleep, echo, exit),
 stays idle; noise is a hash of the device and
 the simulated time, so scrapes are repeatable.
+A GPU the device plugin time-slices or shares through MPS (cluster `gpu.sharing`) carries one
+series labelled with only one of its pods (the last in the kubelet's pod-resources list), as the
+real exporter does by default; with `dcgmExporter.kubernetesVirtualGpus: true` one copy per pod
+with a `vgpu` label and duplicated values (the per-pod split of 4.5.3+ is not simulated).
 A GPU that KAI shares between fraction pods is held by its reservation pod, so its series carry
 that pod (namespace kai-resource-reservation), as the real exporter's do; its load is the sum of
 each running fraction pod's share times that pod's own load.
@@ -210,6 +214,44 @@ class Exporter:
         running = attempt.finished is None and run.waiting_reason != "CrashLoopBackOff"
         return running and not attempt.timeline.scripted, runner.uid
 
+    def _replica_holders(self, node: NodeSpec, device_uuid: str) -> list[tuple[str, str, str]]:
+        """The pods holding replicas of a time-sliced/MPS device, in the order the kubelet's
+        pod-resources List() gives them (namespace, pod): dcgm-exporter keys its map by the
+        UUID before '::', so the last of them wins the series' pod labels."""
+        kubelet = self.kubelet
+        if kubelet is None or node.sharing is None:
+            return []
+        prefix = device_uuid + "::"
+        held = [
+            (h[0], h[1], h[2], u)
+            for u, h in kubelet.devices.assigned.get(node.name, {}).items()
+            if u.startswith(prefix)
+        ]
+        return [(ns, pod, c) for ns, pod, c, _u in sorted(held)]
+
+    def _replica_index(self, node: NodeSpec, device_uuid: str, holder) -> str:
+        kubelet = self.kubelet
+        for u, h in (kubelet.devices.assigned.get(node.name, {}) if kubelet else {}).items():
+            if u.startswith(device_uuid + "::") and h[:3] == holder:
+                return u.rsplit("::", 1)[1]
+        return "0"
+
+    def _time_sliced_load(self, node: NodeSpec, holders: list, key: str, now: float) -> tuple:
+        """(utilisation, memory ratio, busy) of a GPU several pods share through the device
+        plugin: the GPU is as busy as its busiest tenant (they take turns), and each busy tenant
+        fills its part of the memory (time-slicing does not partition it, MPS caps it)."""
+        util, memory, busy = 0.0, 0.0, False
+        replicas = node.sharing.replicas if node.sharing else 1
+        for holder in holders:
+            working, seed = self._busy(node.name, holder)
+            if not working:
+                continue
+            busy = True
+            util = max(util, self._load(seed, f"{key}/{holder[1]}", True, now))
+            ratio = 0.55 + 0.37 * ((zlib.crc32((seed + "mem").encode()) % 1000) / 1000)
+            memory += ratio / replicas
+        return min(1.0, util), min(0.97, memory), busy
+
     def _sharers(self, holder: tuple[str, str, str] | None) -> list | None:
         """The fraction pods on a GPU that a KAI reservation pod holds (None: not shared)."""
         if holder is None or holder[0] != KAI_RESERVATION_NAMESPACE:
@@ -267,6 +309,9 @@ class Exporter:
                     self._load(seed, inst.uuid, busy, now) * inst.profile.compute_slices / 7
                 )
             util = min(1.0, sum(loads))
+        elif node.sharing is not None:
+            holders = self._replica_holders(node, gpu.uuid)
+            util = self._time_sliced_load(node, holders, gpu.uuid, now)[0]
         else:
             holder = self._holder(node.name, gpu.uuid)
             sharers = self._sharers(holder)
@@ -315,17 +360,24 @@ class Exporter:
                 labels["GPU_I_ID"] = str(inst.gi_id)
             labels["Hostname"] = node.name
             labels["DCGM_FI_DRIVER_VERSION"] = self.cluster.driver_version
-            holder = self._holder(node.name, device_uuid)
+            replica_holders = self._replica_holders(node, device_uuid)
+            if node.sharing is not None:
+                holder = replica_holders[-1] if replica_holders else None
+            else:
+                holder = self._holder(node.name, device_uuid)
             busy, seed = self._busy(node.name, holder)
             util = (
                 self._load(seed, device_uuid, busy, now)
-                if inst is not None
+                if inst is not None and node.sharing is None
                 else device_level["util"]
             )
             total = inst.profile.memory_mib if inst is not None else gpu.model.memory_mib
             reserved = RESERVED_MIB["mig" if inst is not None else "full"]
             sharers = self._sharers(holder) if inst is None else None
-            if sharers is not None:
+            if node.sharing is not None:
+                util, ratio, busy = self._time_sliced_load(node, replica_holders, device_uuid, now)
+                used = int((total - reserved) * ratio) if busy else 0
+            elif sharers is not None:
                 _util, ratio, busy = self._shared_load(node.name, sharers, device_uuid, now)
                 used = int((total - reserved) * ratio) if busy else 0
             elif busy:
@@ -364,6 +416,15 @@ class Exporter:
                     * (1 + 0.1 * _noise(device_uuid, "rx", bucket)),
                 }
             )
+            if node.sharing is not None and self.cluster.virtual_gpus and replica_holders:
+                # KUBERNETES_VIRTUAL_GPUS=true (exporter < 4.5.3): one copy per sharing pod,
+                # labelled with its replica index, every value duplicated
+                for each in replica_holders:
+                    copy = dict(labels)
+                    copy.update(container=each[2], namespace=each[0], pod=each[1])
+                    copy["vgpu"] = self._replica_index(node, device_uuid, each)
+                    out.append((copy, {"mig": inst is not None, **values}))
+                continue
             if holder is not None:
                 labels["container"] = holder[2]
                 labels["namespace"] = holder[0]

@@ -38,6 +38,8 @@ from kubesim.controllers.scheduler import quantity_units
 FIELD_MANAGER = "kubelet"
 GPU_UUIDS_ANNOTATION = "kubesim.dev/gpu-uuids"
 DEVICES_ANNOTATION = "kubesim.dev/devices"
+# MPS pools: the limits the MPS control daemon applies to the pod's GPUs (JSON).
+MPS_ANNOTATION = "kubesim.dev/mps-limits"
 # The GPU indices on the node (nvidia-smi numbering) of the devices above, comma-separated.
 GPU_INDICES_ANNOTATION = "kubesim.dev/gpu-indices"
 LEASE_NAMESPACE = "kube-node-lease"
@@ -85,7 +87,7 @@ def gpu_resources(container: dict) -> dict[str, int]:
     return {
         name: quantity_units(name, value)
         for name, value in merged.items()
-        if name == "nvidia.com/gpu" or name.startswith("nvidia.com/mig-")
+        if name in ("nvidia.com/gpu", "nvidia.com/gpu.shared") or name.startswith("nvidia.com/mig-")
     }
 
 
@@ -129,16 +131,34 @@ class DeviceManager:
         plan: dict[str, dict[str, list[str]]] = {}
         claimed: set[str] = set()
         containers = (pod["spec"].get("initContainers") or []) + pod["spec"].get("containers", [])
+        sharing = self.cluster.node(node).sharing if self.cluster.node(node) else None
         for container in containers:
             for resource, count in sorted(gpu_resources(container).items()):
+                if sharing and sharing.fail_requests_greater_than_one and count > 1:
+                    # the plugin's Allocate refuses it (failRequestsGreaterThanOne)
+                    raise AdmissionError(
+                        f"Allocate failed due to rpc error: code = Unknown desc = request for "
+                        f"'{resource}: {count}' too large: maximum request size for shared "
+                        "resources is 1, which is unexpected"
+                    )
                 free = [
-                    d.uuid
+                    d
                     for d in devices.values()
                     if d.resource == resource
                     and d.healthy
                     and d.uuid not in taken
                     and d.uuid not in claimed
                 ]
+                if sharing:
+                    # sharedDevicesAllocationPolicy "distributed" (the default): the GPU with
+                    # the fewest allocated replicas first
+                    load: dict[str, int] = {}
+                    for held in list(taken) + list(claimed):
+                        if held in devices:
+                            key = devices[held].device_uuid
+                            load[key] = load.get(key, 0) + 1
+                    free.sort(key=lambda d: (load.get(d.device_uuid, 0), d.gpu_index, d.uuid))
+                free = [d.uuid for d in free]
                 if len(free) < count:
                     raise AdmissionError(
                         "Allocate failed due to requested number of devices unavailable for "
@@ -311,6 +331,11 @@ class PodRunner:
             "KUBERNETES_SERVICE_HOST": "10.96.0.1",
             "KUBERNETES_SERVICE_PORT": "443",
         }
+        node_spec = self.kubelet.cluster.node(self.node)
+        mps = node_spec and node_spec.sharing and node_spec.sharing.strategy == "mps"
+        if mps and self.container_gpus(container.get("name", "")):
+            # the plugin's Allocate response for an MPS replica (plus the pipe/shm mounts)
+            env["CUDA_MPS_PIPE_DIRECTORY"] = "/mps/nvidia.com/gpu/pipe"
         # envFrom and valueFrom.secretKeyRef/configMapKeyRef (Secret data decoded)
         env.update(pod_config.env_values(self.store, self.pod, container))
         for item in container.get("env") or []:
@@ -582,15 +607,29 @@ class PodRunner:
             return
         by_uuid = self.kubelet.cluster.devices(self.node)
         indices = sorted({by_uuid[u].gpu_index for u in self.gpu_uuids if u in by_uuid})
-        patch = {
-            "metadata": {
-                "annotations": {
-                    GPU_UUIDS_ANNOTATION: ",".join(self.gpu_uuids),
-                    GPU_INDICES_ANNOTATION: ",".join(str(i) for i in indices),
-                    DEVICES_ANNOTATION: json.dumps(self.devices, separators=(",", ":")),
-                }
-            }
+        # a shared replica <UUID>::<n> is the physical device to the container
+        physical = list(
+            dict.fromkeys(by_uuid[u].device_uuid if u in by_uuid else u for u in self.gpu_uuids)
+        )
+        annotations = {
+            GPU_UUIDS_ANNOTATION: ",".join(physical),
+            GPU_INDICES_ANNOTATION: ",".join(str(i) for i in indices),
+            DEVICES_ANNOTATION: json.dumps(self.devices, separators=(",", ":")),
         }
+        spec = self.kubelet.cluster.node(self.node)
+        if spec and spec.sharing and spec.sharing.strategy == "mps" and spec.gpu_model:
+            # what the plugin's MPS control daemon enforces per GPU: memory/replicas, 100/replicas
+            replicas = spec.sharing.replicas
+            annotations[MPS_ANNOTATION] = json.dumps(
+                {
+                    "activeThreadPercentage": 100 // replicas,
+                    "pinnedDeviceMemoryLimit": {
+                        u: f"{spec.gpu_model.memory_mib // replicas}M" for u in physical
+                    },
+                },
+                separators=(",", ":"),
+            )
+        patch = {"metadata": {"annotations": annotations}}
         with contextlib.suppress(ApiError):
             self.pod = self.store.patch("v1", "Pod", self.namespace, self.name, patch)
 
