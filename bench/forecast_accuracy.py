@@ -47,6 +47,8 @@ pools:
     memory: 2Ti
     gpu: {{model: {H100}, count: 8}}
 """
+# The most each project may ever use (its guarantee plus what its department lends).
+MAXIMUM = {"vision": 16, "speech": 16, "bio": 4}
 # (GPUs, typical simulated seconds) per job type; each user has a few.
 TYPES = [(1, 120), (1, 600), (2, 300), (2, 900), (4, 420), (4, 900), (8, 600)]
 
@@ -205,10 +207,10 @@ def measure(args, stack: harness.Stack) -> int:
             size = min(args.jobs - submitted, max(1, int(rng.gauss(args.burst_size, 3))))
             for _ in range(size):
                 user_index = rng.randrange(len(users))
-                project = rng.choice(projects).slug
-                body = job_body(
-                    rng, f"day-{submitted}", project, rng.choice(kinds[user_index]), user_index
-                )
+                kind = rng.choice(kinds[user_index])
+                # Only a project that can ever hold the job (bio may use at most its 4 GPUs).
+                project = rng.choice([p for p in projects if kind[0] <= MAXIMUM[p.slug]]).slug
+                body = job_body(rng, f"day-{submitted}", project, kind, user_index)
                 job_id = post(user_index, body)
                 posted = time.time()
                 forecast = selectors.forecast_for_queued(Job.objects.get(pk=job_id))
