@@ -295,6 +295,42 @@ def report(args, records, starts) -> None:
         print(f"no job waited ≥ {args.long_wait:g} min of the day")
     if beyond:
         print(f"{beyond} forecast(s) said 'not within the horizon'")
+    breakdown(args, records, starts)
+
+
+def breakdown(args, records, starts) -> None:
+    """Inside the range (with the slack) and the median error by size and by priority: what
+    limits the forecast shows up here (fragmentation for 8-GPU jobs, later submissions of higher
+    priority for low ones)."""
+    from jobs.models import Job
+    from planner.simulation import NOW_SECONDS
+
+    facts = {
+        pk: (gpus, priority)
+        for pk, gpus, priority in Job.objects.filter(pk__in=[r[0] for r in records]).values_list(
+            "pk", "gpus", "priority"
+        )
+    }
+    groups: dict[str, list[tuple[bool, float]]] = {}
+    for job_id, posted, low, high, _possible in records:
+        start = starts.get(job_id)
+        if start is None or high is None or job_id not in facts:
+            continue
+        wait = max(0.0, start - posted)
+        low = low or 0.0
+        top = NOW_SECONDS if high <= NOW_SECONDS else high
+        inside = low - args.slack <= wait <= top + args.slack
+        error = abs(wait - (low + high) / 2)
+        gpus, priority = facts[job_id]
+        for name in (f"{gpus} GPU(s)", f"priority {priority}"):
+            groups.setdefault(name, []).append((inside, error))
+    for name in sorted(groups):
+        rows = groups[name]
+        share = 100 * sum(1 for inside, _ in rows if inside) / len(rows)
+        median_error = statistics.median(error for _, error in rows)
+        print(
+            f"  {name}: {len(rows)} jobs, {share:.0f} % inside, median error {median_error:.0f} s"
+        )
 
 
 def main() -> int:
