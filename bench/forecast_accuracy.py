@@ -47,6 +47,8 @@ pools:
     memory: 2Ti
     gpu: {{model: {H100}, count: 8}}
 """
+# The most each project may ever use (its guarantee plus what its department lends).
+MAXIMUM = {"vision": 16, "speech": 16, "bio": 4}
 # (GPUs, typical simulated seconds) per job type; each user has a few.
 TYPES = [(1, 120), (1, 600), (2, 300), (2, 900), (4, 420), (4, 900), (8, 600)]
 
@@ -205,10 +207,10 @@ def measure(args, stack: harness.Stack) -> int:
             size = min(args.jobs - submitted, max(1, int(rng.gauss(args.burst_size, 3))))
             for _ in range(size):
                 user_index = rng.randrange(len(users))
-                project = rng.choice(projects).slug
-                body = job_body(
-                    rng, f"day-{submitted}", project, rng.choice(kinds[user_index]), user_index
-                )
+                kind = rng.choice(kinds[user_index])
+                # Only a project that can ever hold the job (bio may use at most its 4 GPUs).
+                project = rng.choice([p for p in projects if kind[0] <= MAXIMUM[p.slug]]).slug
+                body = job_body(rng, f"day-{submitted}", project, kind, user_index)
                 job_id = post(user_index, body)
                 posted = time.time()
                 forecast = selectors.forecast_for_queued(Job.objects.get(pk=job_id))
@@ -293,6 +295,42 @@ def report(args, records, starts) -> None:
         print(f"no job waited ≥ {args.long_wait:g} min of the day")
     if beyond:
         print(f"{beyond} forecast(s) said 'not within the horizon'")
+    breakdown(args, records, starts)
+
+
+def breakdown(args, records, starts) -> None:
+    """Inside the range (with the slack) and the median error by size and by priority: what
+    limits the forecast shows up here (fragmentation for 8-GPU jobs, later submissions of higher
+    priority for low ones)."""
+    from jobs.models import Job
+    from planner.simulation import NOW_SECONDS
+
+    facts = {
+        pk: (gpus, priority)
+        for pk, gpus, priority in Job.objects.filter(pk__in=[r[0] for r in records]).values_list(
+            "pk", "gpus", "priority"
+        )
+    }
+    groups: dict[str, list[tuple[bool, float]]] = {}
+    for job_id, posted, low, high, _possible in records:
+        start = starts.get(job_id)
+        if start is None or high is None or job_id not in facts:
+            continue
+        wait = max(0.0, start - posted)
+        low = low or 0.0
+        top = NOW_SECONDS if high <= NOW_SECONDS else high
+        inside = low - args.slack <= wait <= top + args.slack
+        error = abs(wait - (low + high) / 2)
+        gpus, priority = facts[job_id]
+        for name in (f"{gpus} GPU(s)", f"priority {priority}"):
+            groups.setdefault(name, []).append((inside, error))
+    for name in sorted(groups):
+        rows = groups[name]
+        share = 100 * sum(1 for inside, _ in rows if inside) / len(rows)
+        median_error = statistics.median(error for _, error in rows)
+        print(
+            f"  {name}: {len(rows)} jobs, {share:.0f} % inside, median error {median_error:.0f} s"
+        )
 
 
 def main() -> int:
