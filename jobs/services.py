@@ -667,6 +667,17 @@ def job_cancel(*, actor: Any, job: Job, source: str = "api") -> Job:
     """
     if not can_write(actor, job.project):
         raise PermissionDenied(f"Your role in project '{job.project.slug}' cannot cancel jobs.")
+    return job_stop(
+        job,
+        reason="Cancelled",
+        message=f"cancelled by {getattr(actor, 'username', actor)}",
+        source=source,
+    )
+
+
+def job_stop(job: Job, *, reason: str, message: str, source: str) -> Job:
+    """Cancel on the portal's own account (an idle workspace, its lifetime), no role check:
+    the job becomes Cancelled with this reason and its objects are deleted after commit."""
     for _ in range(5):
         current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
         if current is None:
@@ -679,8 +690,8 @@ def job_cancel(*, actor: Any, job: Job, source: str = "api") -> Job:
                     job,
                     to=JobState.CANCELLED,
                     expected_from=current,
-                    reason="Cancelled",
-                    message=f"cancelled by {getattr(actor, 'username', actor)}",
+                    reason=reason,
+                    message=message,
                     source=source,
                 )
                 Job.objects.filter(pk=job.pk).update(cleanup_pending=True)
