@@ -30,12 +30,11 @@ def kernel_last_activity(workspace: Workspace) -> datetime.datetime | None:
     )
     url = f"{target.base_url}{workspace.base_path}api/status"
     try:
-        with httpx.Client(verify=target.ssl_context or True, timeout=10.0) as client:
+        with httpx.Client(
+            verify=target.ssl_context or True, timeout=10.0, cookies=creds.cookies
+        ) as client:
             response = client.get(
-                url,
-                params=creds.query,
-                headers={**target.headers, **creds.headers},
-                cookies=creds.cookies,
+                url, params=creds.query, headers={**target.headers, **creds.headers}
             )
     except httpx.HTTPError as exc:
         raise RetryableKubeError(f"workspace {workspace.pk}: {exc}") from exc

@@ -28,6 +28,22 @@ def _services(org, ws):
     )
 
 
+def _wait_for_status(ws, timeout=60.0):
+    import time
+
+    from portal.kube.apply import RetryableKubeError
+    from workspaces.upstream import kernel_last_activity
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return kernel_last_activity(ws)
+        except RetryableKubeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def test_a_workspace_runs_as_a_job_with_a_service_and_stops_and_starts_again(org):
     from jobs.reconcile.services import job_reconcile
     from workspaces.selectors import state_of
@@ -46,6 +62,9 @@ def test_a_workspace_runs_as_a_job_with_a_service_and_stops_and_starts_again(org
     reconcile_until(job, {"running"})
     ws.refresh_from_db()
     assert state_of(ws) == "running"
+    # kubesim runs the real Jupyter server; the portal reads its activity through the API
+    # server's service proxy with the workspace's token.
+    assert _wait_for_status(ws) is not None
 
     workspace_stop(actor=org["user"], workspace=ws)
     assert job_reconcile(job_id=job.pk) == "deleted"
