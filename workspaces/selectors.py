@@ -58,3 +58,15 @@ def time_left(workspace: Workspace, *, now: datetime.datetime | None = None) -> 
 
 def is_active(workspace: Workspace) -> bool:
     return workspace.job is not None and workspace.job.state in ACTIVE
+
+
+def workspace_rows(user: Any, *, mine_only: bool = True) -> list[dict[str, Any]]:
+    """What the tables show per workspace: state, its label, time left."""
+    found = my_workspaces(user) if mine_only else workspaces_visible_to(user)
+    rows = []
+    for ws in found[:50]:
+        state = state_of(ws)
+        rows.append(
+            {"ws": ws, "state": state, "label": states.LABELS[state], "time_left": time_left(ws)}
+        )
+    return rows
