@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ import websockets
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+log = logging.getLogger(__name__)
 ACCESS_CACHE_SECONDS = 5.0
 PATH_RE = re.compile(r"^/ws/(\d+)(/.*)?$")
 _HOP = {
@@ -272,7 +274,13 @@ async def _http(scope, receive, send, workspace_id: int, rest: str | None) -> No
         await _respond(send, 503, body, headers)
         return
     await _touch(workspace_id)
-    target = await sync_to_async(_target, thread_sensitive=False)(route)
+    try:
+        target = await sync_to_async(_target, thread_sensitive=False)(route)
+    except Exception:  # no cluster configuration, an unreadable CA: not the browser's fault
+        log.exception("workspace %s: no route to the cluster", workspace_id)
+        body, headers = _page("The portal cannot reach the cluster right now; try again.")
+        await _respond(send, 502, body, headers)
+        return
     creds = launch.credentials(route.app, token=route.token, via_api_server=target.via_api_server)
     headers = _upstream_headers(scope, target, creds, websocket=False)
     body = await _request_body(receive)
@@ -362,7 +370,12 @@ async def _websocket(scope, receive, send, workspace_id: int, rest: str | None) 
         await _deny_ws(scope, send, 403, "WebSocket from another site refused.")
         return
     await _touch(workspace_id)
-    target = await sync_to_async(_target, thread_sensitive=False)(route)
+    try:
+        target = await sync_to_async(_target, thread_sensitive=False)(route)
+    except Exception:
+        log.exception("workspace %s: no route to the cluster", workspace_id)
+        await _deny_ws(scope, send, 502, "The portal cannot reach the cluster right now.")
+        return
     creds = launch.credentials(route.app, token=route.token, via_api_server=target.via_api_server)
     headers = _upstream_headers(scope, target, creds, websocket=True)
     url = _url(scope, target, creds)
