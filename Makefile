@@ -15,7 +15,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpuportal
 # subprocesses (kubesim, celery, chromium) rather than compute. TEST_WORKERS=0 runs in-process.
 TEST_WORKERS ?= 4
 
-.PHONY: demo test lint venv docs
+.PHONY: demo test lint venv docs bench
 
 # The portal, kubesim (kubesim/, the simulated cluster of the tests and the demo) and the gpuportal
 # CLI (cli/) are three distributions, installed side by side in development mode. "compat" editable
@@ -61,3 +61,11 @@ lint: $(STAMP)
 # The documentation site (docs/, mkdocs.yml), rebuilt on every change; the suite builds it strictly.
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8001
+
+# The short version of every bench of the performance table (bench/_all.py), each the median of
+# 3 pinned runs with private PostgreSQL and Redis; the table goes onto docs/benchmarks/index.md.
+# It refuses on a busy machine: `make bench BENCH_ARGS=--force` measures anyway (marked BUSY).
+BENCH_ARGS ?=
+bench: $(STAMP)
+	bash scripts/ensure-services.sh
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/_all.py --write-docs $(BENCH_ARGS)

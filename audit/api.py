@@ -20,6 +20,7 @@ from audit.selectors import administered_project_or_none
 from portal.api import TenantScopedViewSet, router
 from portal.api_errors import ApiErrorSerializer
 from portal.api_io import PortalJSONRenderer
+from portal.api_pagination import EstimatedCountPagination
 
 CSV_COLUMNS = (
     "id",
@@ -106,6 +107,9 @@ class AuditEventViewSet(TenantScopedViewSet, mixins.ListModelMixin, mixins.Retri
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilter
     lookup_value_regex = r"[0-9]+"
+    # The trail grows without bound: a capped count (then the planner's estimate) and ?cursor=
+    # keyset pages, as the job list (bench/audit_trail.py).
+    pagination_class = EstimatedCountPagination
     renderer_classes = [PortalJSONRenderer, renderers.BrowsableAPIRenderer, CSVRenderer]
 
     def handle_exception(self, exc):

@@ -39,7 +39,7 @@ class AuditEventFilter(django_filters.FilterSet):
     actor = django_filters.CharFilter(
         field_name="actor_username", help_text="Username of who did it ('' = the system)."
     )
-    project = django_filters.CharFilter(field_name="project_slug", help_text="Project slug.")
+    project = django_filters.CharFilter(method="filter_project", help_text="Project slug.")
     source = django_filters.MultipleChoiceFilter(choices=Source.choices, distinct=False)
     since = django_filters.CharFilter(
         method="filter_since", help_text="ISO 8601 time or date (UTC midnight), inclusive."
@@ -58,6 +58,9 @@ class AuditEventFilter(django_filters.FilterSet):
 
     def filter_action(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return selectors.filter_actions(queryset, value) if value else queryset
+
+    def filter_project(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return selectors.filter_project(queryset, value) if value else queryset
 
     def filter_since(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return queryset.filter(created_at__gte=parse_when(value, "since")) if value else queryset

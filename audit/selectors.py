@@ -32,6 +32,15 @@ def project_trail(project: Project) -> QuerySet[AuditEvent]:
     return AuditEvent.objects.filter(project=project)
 
 
+def filter_project(queryset: QuerySet[AuditEvent], slug: str) -> QuerySet[AuditEvent]:
+    """The rows of the project with this slug: by its id while it exists (the project-and-time
+    index serves the first page), by the slug kept in the rows once it is deleted."""
+    project_id = Project.objects.filter(slug=slug).values_list("pk", flat=True).first()
+    if project_id is None:
+        return queryset.filter(project_slug=slug)
+    return queryset.filter(project_id=project_id)
+
+
 def filter_actions(queryset: QuerySet[AuditEvent], value: str) -> QuerySet[AuditEvent]:
     """`job.cancel`, several separated by commas, or a family: `job.*` (or `job.`)."""
     query = Q()

@@ -147,6 +147,16 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list]:
     }
 
 
+def created(values: dict[str, Any]) -> dict[str, list]:
+    """{field: [None, new]} for a row that did not exist before."""
+    return {key: [None, value] for key, value in values.items()}
+
+
+def removed(values: dict[str, Any]) -> dict[str, list]:
+    """{field: [old, None]} for a row that is gone."""
+    return {key: [value, None] for key, value in values.items()}
+
+
 def snapshot(obj: Model, fields: list[str]) -> dict[str, Any]:
     """The given fields of a row (foreign keys as their id), for `diff`."""
     return {name: getattr(obj, name) for name in fields}

@@ -51,17 +51,31 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 LOAD_LIMIT = 1.5
+RUNS = 3  # each figure is the median of this many runs (with min and max)
+SERVICE_NAMES = {"postgres": "PostgreSQL", "redis": "Redis"}
 # Signed sessions and tokens made in the bench process must verify in the servers it starts.
 SECRET_KEY = "bench-only-secret-key-not-for-production-use-0123456789"
 FIGURES_ENV = "BENCH_FIGURES_FILE"  # where a child run of --runs N leaves its figures
+PRIVATE_DATABASE_ENV = "BENCH_PRIVATE_POSTGRES"  # the run's private server, without a database
+PRIVATE_REDIS_ENV = "BENCH_PRIVATE_REDIS"
+SERVICES_ENV = "BENCH_SERVICES"  # the private services' pids a child run counts on the portal side
 START_TIMEOUT = 90.0
+# The CPUs this process may use before any pinning: the halves are taken from these.
+CPUS_AT_START = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
 
 # --- command line -------------------------------------------------------------------------------
 
 
-def make_parser(doc: str | None, *, short: dict[str, Any] | None = None) -> argparse.ArgumentParser:
-    """A parser with the options every bench takes; `short` holds the script's --short values."""
+def make_parser(
+    doc: str | None,
+    *,
+    short: dict[str, Any] | None = None,
+    services: Sequence[str] = (),
+) -> argparse.ArgumentParser:
+    """A parser with the options every bench takes; `short` holds the script's --short values,
+    `services` what the script needs of PostgreSQL ("postgres") and Redis ("redis"): the harness
+    starts a private, pinned one of each per run unless --shared-services."""
     first_line = (doc or "").strip().splitlines()[0] if doc and doc.strip() else None
     parser = argparse.ArgumentParser(
         description=first_line,
@@ -69,23 +83,43 @@ def make_parser(doc: str | None, *, short: dict[str, Any] | None = None) -> argp
     )
     common = parser.add_argument_group("harness (bench/_harness.py)")
     common.add_argument(
-        "--runs", type=positive_int, default=1, help="measure N times; print median/min/max"
+        "--runs",
+        type=positive_int,
+        default=RUNS,
+        help=f"measure N times (default {RUNS}); print median/min/max",
     )
     common.add_argument("--short", action="store_true", help="a quick run with smaller counts")
     common.add_argument(
+        "--force",
         "--allow-busy",
+        dest="allow_busy",
         action="store_true",
-        help=f"measure even when the load average is above --max-load (default {LOAD_LIMIT})",
+        help=f"measure even when the load average is above --max-load (default {LOAD_LIMIT}); "
+        "the figures are then marked busy",
     )
     common.add_argument(
         "--max-load", type=float, default=LOAD_LIMIT, help="the load average refused above"
     )
     common.add_argument(
         "--pin",
-        action="store_true",
-        help="pin kubesim and the portal's processes to different CPUs (needs 2 cores or more)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="kubesim on one half of the CPUs, the portal (web, worker, watcher, PostgreSQL, "
+        "Redis, this process) on the other (default; needs 2 cores or more)",
     )
-    parser.set_defaults(_short_values=dict(short or {}))
+    if services:
+        common.add_argument(
+            "--shared-services",
+            action="store_true",
+            help=f"use the machine's {' and '.join(SERVICE_NAMES[s] for s in services)} "
+            "(BENCH_DATABASE_URL, BENCH_REDIS_URL) instead of private ones started per run",
+        )
+    common.add_argument(
+        "--json", type=Path, help="write the runs and the summary to this file (make bench)"
+    )
+    parser.set_defaults(_short_values=dict(short or {}), _services=tuple(services))
+    if not services:
+        parser.set_defaults(shared_services=True)
     return parser
 
 
@@ -185,32 +219,67 @@ def _number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def summary_line(name: str, unit: str, values: list[float], loads: list[float], cores: int) -> str:
-    """`name: median X unit (min Y, max Z over N runs; load A–B on C cores)`."""
+def summary_line(
+    name: str,
+    unit: str,
+    values: list[float],
+    loads: list[float],
+    cores: int,
+    busy: bool = False,
+) -> str:
+    """`name: median X unit (min Y, max Z over N runs; load A–B on C cores)`, and `BUSY` after
+    it when a run started on a machine above the load limit (--force)."""
     s = summarise(values)
     unit = f" {unit}" if unit else ""
     load = f"{min(loads):.2f}" if min(loads) == max(loads) else f"{min(loads):.2f}–{max(loads):.2f}"
     return (
         f"{name}: median {_number(s.median)}{unit} (min {_number(s.minimum)}, max "
         f"{_number(s.maximum)} over {s.count} run{'s' if s.count != 1 else ''}; "
-        f"load {load} on {cores} cores)"
+        f"load {load} on {cores} cores)" + (" BUSY" if busy else "")
     )
 
 
-def summary_lines(runs: list[dict], cores: int) -> list[str]:
-    """One line per figure (in the order first seen) over the runs' recorded figures."""
+@dataclass(frozen=True)
+class Row:
+    """One figure over the runs: what `summary_lines` prints and `make bench` tabulates."""
+
+    name: str
+    unit: str
+    values: list[float]
+    loads: list[float]
+    busy: bool
+
+    @property
+    def summary(self) -> Summary:
+        return summarise(self.values)
+
+
+def summary_rows(runs: list[dict]) -> list[Row]:
+    """One row per figure (in the order first seen), then one per CPU side, over the runs."""
     values: dict[tuple[str, str], list[float]] = {}
     loads: dict[tuple[str, str], list[float]] = {}
+    busy: dict[tuple[str, str], bool] = {}
     for run_record in runs:
+        was_busy = bool(run_record.get("busy"))
         for item in run_record.get("figures", []):
             key = (item["name"], item["unit"])
             values.setdefault(key, []).append(item["value"])
             loads.setdefault(key, []).append(item["load"])
+            busy[key] = busy.get(key, False) or was_busy
         for side, seconds in run_record.get("cpu", {}).items():
             key = (f"CPU seconds, {side}", "s")
             values.setdefault(key, []).append(seconds)
             loads.setdefault(key, []).append(run_record.get("load_after", [0.0])[0])
-    return [summary_line(n, u, values[(n, u)], loads[(n, u)], cores) for (n, u) in values]
+            busy[key] = busy.get(key, False) or was_busy
+    return [Row(n, u, values[(n, u)], loads[(n, u)], busy[(n, u)]) for (n, u) in values]
+
+
+def summary_lines(runs: list[dict], cores: int) -> list[str]:
+    """One line per figure (in the order first seen) over the runs' recorded figures."""
+    return [
+        summary_line(row.name, row.unit, row.values, row.loads, cores, row.busy)
+        for row in summary_rows(runs)
+    ]
 
 
 # --- processes: CPU time, memory, pinning -------------------------------------------------------
@@ -316,13 +385,20 @@ def pin_tree(pid: int, cpus: set[int]) -> None:
 
 
 def database_url(default_name: str) -> str:
-    """BENCH_DATABASE_URL, or the script's own database on the local server."""
+    """The script's own database: on the run's private PostgreSQL when the harness started one,
+    else BENCH_DATABASE_URL, else on the local server."""
+    server = os.environ.get(PRIVATE_DATABASE_ENV)
+    if server:
+        return f"{server}/{default_name}"
     return os.environ.get(
         "BENCH_DATABASE_URL", f"postgres://postgres@127.0.0.1:5432/{default_name}"
     )
 
 
 def redis_url(default_db: int) -> str:
+    server = os.environ.get(PRIVATE_REDIS_ENV)
+    if server:
+        return f"{server}/{default_db}"
     return os.environ.get("BENCH_REDIS_URL", f"redis://127.0.0.1:6379/{default_db}")
 
 
@@ -532,25 +608,42 @@ class Stack:
     Everything started through it is stopped in reverse order on exit, and its CPU seconds are
     counted per side (kubesim, portal, this process) until then."""
 
-    def __init__(self, *, pin: bool = False, workdir: Path | None = None, prefix: str = "bench-"):
+    def __init__(
+        self,
+        *,
+        pin: bool = False,
+        pin_self: bool = False,
+        workdir: Path | None = None,
+        prefix: str = "bench-",
+        adopt: dict[str, int] | None = None,
+    ):
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=prefix))
         self.services: list[Service] = []
         self.retired: dict[str, float] = {}
         self.kubesims: dict[int, Service] = {}
         self.cpus: dict[str, set[int]] | None = None
         if pin:
-            halves = split_cpus(os.sched_getaffinity(0))
+            halves = split_cpus(CPUS_AT_START or ())
             if halves is None:
                 print("--pin: fewer than two CPUs, nothing pinned", flush=True)
             else:
                 self.cpus = {"kubesim": halves[0], "portal": halves[1]}
+                if pin_self:
+                    # The bench process drives the load and is the direct client of every
+                    # baseline (or the portal code itself, in process): the portal's side.
+                    os.sched_setaffinity(0, halves[1])
                 print(
                     f"pinned: kubesim on CPU {_cpu_list(halves[0])}, the portal's processes on "
-                    f"CPU {_cpu_list(halves[1])}, this process unpinned",
+                    f"CPU {_cpu_list(halves[1])}, this process "
+                    + (f"on CPU {_cpu_list(halves[1])}" if pin_self else "unpinned"),
                     flush=True,
                 )
+        # Processes started for the run by someone else (the private PostgreSQL and Redis the
+        # parent run starts): their CPU seconds from now on count on the portal's side.
+        self.adopted = {label: (pid, tree_cpu_seconds(pid)) for label, pid in (adopt or {}).items()}
         self._own_cpu_start = time.process_time()
         self._own_cpu = 0.0
+        self._closed: dict[str, float] | None = None
 
     def __enter__(self) -> Stack:
         return self
@@ -559,9 +652,13 @@ class Stack:
         self.close()
 
     def close(self) -> None:
+        if self._closed is not None:
+            return
         for service in reversed(list(self.services)):
             self.stop(service)
         self._own_cpu = time.process_time() - self._own_cpu_start
+        # The adopted services outlive the stack: what they used until now is the run's.
+        self._closed = self.cpu_by_side()
 
     # kubesim
 
@@ -731,16 +828,42 @@ class Stack:
             service.process.wait()
 
     def cpu_by_side(self) -> dict[str, float]:
-        """CPU seconds per side so far (stopped processes included) and of this process."""
+        """CPU seconds per side so far (stopped processes included), the portal's private
+        PostgreSQL and Redis both in "portal" and on their own, and this process's."""
+        if self._closed is not None:
+            return dict(self._closed)
         sides = dict(self.retired)
         for service in self.services:
             if service.process.poll() is None:
                 sides[service.side] = sides.get(service.side, 0.0) + tree_cpu_seconds(service.pid)
-        own = self._own_cpu or time.process_time() - self._own_cpu_start
         order = {"kubesim": 0, "portal": 1}
         ordered = dict(sorted(sides.items(), key=lambda item: (order.get(item[0], 2), item[0])))
-        ordered["this process"] = own
+        for label, (pid, start) in self.adopted.items():
+            used = tree_cpu_seconds(pid) - start
+            if used == used:  # NaN: it is gone
+                ordered["portal"] = ordered.get("portal", 0.0) + used
+                ordered[f"portal: {label}"] = used
+        ordered["this process"] = self._own_cpu or time.process_time() - self._own_cpu_start
         return ordered
+
+    def cpu_by_process(self) -> dict[str, float]:
+        """CPU seconds so far of each running service by label (with its descendants) and of
+        each adopted one (since adopted): the per-process breakdown of a side."""
+        out = {}
+        for service in self.services:
+            if service.process.poll() is None:
+                out[service.label] = tree_cpu_seconds(service.pid)
+        for label, (pid, start) in self.adopted.items():
+            used = tree_cpu_seconds(pid) - start
+            if used == used:
+                out[label] = used
+        return out
+
+    def portal_cpu(self, *, include_self: bool = False) -> float:
+        """CPU seconds of the portal's side so far (web, worker, watcher, PostgreSQL, Redis);
+        with `include_self`, this process's too (the in-process benches run portal code)."""
+        sides = self.cpu_by_side()
+        return sides.get("portal", 0.0) + (sides["this process"] if include_self else 0.0)
 
 
 def _cpu_list(cpus: set[int]) -> str:
@@ -769,23 +892,34 @@ def run(
     measure: Callable[[argparse.Namespace, Stack], int | None],
     argv: Sequence[str] | None = None,
 ) -> int:
-    """Refuse on a busy machine (unless --allow-busy), then measure once in this process, or
-    --runs times in fresh processes and summarise. The exit code (0 when every run was)."""
+    """Refuse on a busy machine (unless --force), then measure --runs times, each in a fresh
+    process with private PostgreSQL and Redis of its own when the script needs them, and
+    summarise; a single run without private services measures in this process. The exit code
+    (0 when every run's was)."""
     state = machine()
+    if os.environ.get(FIGURES_ENV):  # one run of several: the parent has decided
+        return _once(args, measure, state)
     if not args.allow_busy:
         refusal = busy_refusal(state, args.max_load)
         if refusal:
-            print(f"refused: {refusal}", file=sys.stderr)
+            print(f"refused: machine busy: {refusal}", file=sys.stderr)
             return 2
-    if args.runs > 1:
-        return _repeat(args, list(sys.argv[1:] if argv is None else argv))
+    private = () if args.shared_services else tuple(args._services)
+    if args.runs > 1 or private or args.json:
+        return _repeat(args, list(sys.argv[1:] if argv is None else argv), private)
     return _once(args, measure, state)
 
 
 def _once(args, measure, before: Machine) -> int:
     _figures.clear()
-    print(f"machine: {before.describe()}", flush=True)
-    stack = Stack(pin=args.pin)
+    busy = before.load[0] > args.max_load
+    print(
+        f"machine: {before.describe()}"
+        + (f" BUSY (above {args.max_load:g}): the figures are marked busy" if busy else ""),
+        flush=True,
+    )
+    adopt = json.loads(os.environ.get(SERVICES_ENV) or "{}")
+    stack = Stack(pin=args.pin, pin_self=args.pin, adopt=adopt)
     try:
         code = measure(args, stack) or 0
     finally:
@@ -805,6 +939,7 @@ def _once(args, measure, before: Machine) -> int:
             "cpu": cpu,
             "load_before": list(before.load),
             "load_after": list(after.load),
+            "busy": busy,
             "cores": after.cores,
             "exit": code,
         }
@@ -813,37 +948,180 @@ def _once(args, measure, before: Machine) -> int:
 
 
 def child_argv(argv: Sequence[str]) -> list[str]:
-    """The options for one run of --runs N: the same, as a single run that does not refuse."""
+    """The options for one run of --runs N: the same, as a single run that does not refuse
+    (--json is the parent's)."""
     out, skip = [], False
     for item in argv:
         if skip:
             skip = False
             continue
-        if item == "--runs":
+        if item in ("--runs", "--json"):
             skip = True
             continue
-        if item.startswith("--runs="):
+        if item.startswith(("--runs=", "--json=")):
             continue
         out.append(item)
-    if "--allow-busy" not in out:
+    if "--allow-busy" not in out and "--force" not in out:
         out.append("--allow-busy")
     return [*out, "--runs", "1"]
 
 
-def _repeat(args, argv: list[str]) -> int:
+class PrivateServices:
+    """A PostgreSQL server and a Redis of the bench's own for each run, on the portal's CPUs,
+    so that their CPU time is counted on its side and nothing else's work lands in them.
+
+    PostgreSQL: initdb once (Debian's binaries; see tests/e2e/private_postgres.py), started and
+    stopped around each run, without fsync (a throw-away server). Redis: a fresh server per run,
+    without persistence."""
+
+    def __init__(self, names: Sequence[str], cpus: set[int] | None, workdir: Path):
+        self.names, self.cpus, self.workdir = tuple(names), cpus, workdir
+        self.postgres = None
+        self.redis: subprocess.Popen | None = None
+        if "postgres" in self.names:
+            from tests.e2e.private_postgres import PrivatePostgres
+
+            self.postgres = PrivatePostgres().init()
+
+    def start(self) -> tuple[dict[str, str], dict[str, int]]:
+        """Start them; the environment for the run and the pids to count."""
+        env, pids = {}, {}
+        if self.postgres is not None:
+            self.postgres.start()
+            pid = int((self.postgres.data / "postmaster.pid").read_text().split()[0])
+            if self.cpus:
+                pin_tree(pid, self.cpus)  # its backends, forked later, inherit it
+            env[PRIVATE_DATABASE_ENV] = self.postgres.url("postgres").rsplit("/", 1)[0]
+            pids["PostgreSQL"] = pid
+        if "redis" in self.names:
+            port = free_port()
+            cpus = self.cpus
+            log = open(self.workdir / "redis.log", "ab")  # noqa: SIM115 - the child keeps it
+            self.redis = subprocess.Popen(
+                [
+                    "redis-server",
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--protected-mode",
+                    "no",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+            )
+            log.close()
+            wait_until(
+                lambda: _redis_answers(port),
+                timeout=30,
+                what="redis-server did not start",
+                process=self.redis,
+                log=self.workdir / "redis.log",
+            )
+            env[PRIVATE_REDIS_ENV] = f"redis://127.0.0.1:{port}"
+            pids["Redis"] = self.redis.pid
+        return env, pids
+
+    def stop(self) -> None:
+        if self.redis is not None and self.redis.poll() is None:
+            self.redis.terminate()
+            try:
+                self.redis.wait(20)
+            except subprocess.TimeoutExpired:
+                self.redis.kill()
+                self.redis.wait()
+        self.redis = None
+        if self.postgres is not None and self.postgres.running():
+            self.postgres.stop()
+
+    def destroy(self) -> None:
+        self.stop()
+        if self.postgres is not None:
+            self.postgres.destroy()
+
+
+def _redis_answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _repeat(args, argv: list[str], private: Sequence[str] = ()) -> int:
     script = Path(sys.argv[0]).resolve()
     runs, worst = [], 0
-    for index in range(args.runs):
-        print(f"\n=== run {index + 1} of {args.runs} ===", flush=True)
-        with tempfile.NamedTemporaryFile(prefix="bench-figures-", suffix=".json") as handle:
-            env = {**os.environ, FIGURES_ENV: handle.name}
-            code = subprocess.call([sys.executable, str(script), *child_argv(argv)], env=env)
-            text = Path(handle.name).read_text()
-        worst = worst or code
-        if text:
-            runs.append(json.loads(text))
+    halves = split_cpus(CPUS_AT_START or ()) if args.pin else None
+    workdir = Path(tempfile.mkdtemp(prefix="bench-services-"))
+    services = PrivateServices(private, halves[1] if halves else None, workdir) if private else None
+    if services:
+        print(
+            "private services for each run: "
+            + " and ".join(SERVICE_NAMES[name] for name in private)
+            + (f", on CPU {_cpu_list(halves[1])}" if halves else ""),
+            flush=True,
+        )
+    try:
+        for index in range(args.runs):
+            print(f"\n=== run {index + 1} of {args.runs} ===", flush=True)
+            env_extra, pids = services.start() if services else ({}, {})
+            try:
+                with tempfile.NamedTemporaryFile(prefix="bench-figures-", suffix=".json") as f:
+                    env = {**os.environ, **env_extra, FIGURES_ENV: f.name}
+                    if pids:
+                        env[SERVICES_ENV] = json.dumps(pids)
+                    code = subprocess.call(
+                        [sys.executable, str(script), *child_argv(argv)], env=env
+                    )
+                    text = Path(f.name).read_text()
+            finally:
+                if services:
+                    services.stop()
+            worst = worst or code
+            if text:
+                runs.append(json.loads(text))
+    finally:
+        if services:
+            services.destroy()
     cores = machine().cores
     print(f"\n=== summary over {len(runs)} of {args.runs} runs ===")
     for line in summary_lines(runs, cores):
         print(line)
+    if args.json:
+        write_json(args.json, script, argv, runs, worst)
     return worst
+
+
+def write_json(path: Path, script: Path, argv: list[str], runs: list[dict], code: int) -> None:
+    """The runs and their summary, for `make bench`'s table (bench/_all.py)."""
+    rows = [
+        {
+            "name": row.name,
+            "unit": row.unit,
+            "median": row.summary.median,
+            "min": row.summary.minimum,
+            "max": row.summary.maximum,
+            "count": row.summary.count,
+            "load_min": min(row.loads),
+            "load_max": max(row.loads),
+            "busy": row.busy,
+        }
+        for row in summary_rows(runs)
+    ]
+    record = {
+        "script": script.name,
+        "argv": argv,
+        "exit": code,
+        "cores": machine().cores,
+        "load_before": [r["load_before"][0] for r in runs],
+        "busy": any(r.get("busy") for r in runs),
+        "runs": runs,
+        "summary": rows,
+    }
+    Path(path).write_text(json.dumps(record, indent=1))

@@ -131,7 +131,9 @@ class Clients:
 
 
 def main() -> int:
-    parser = harness.make_parser(__doc__, short={"jobs": 40, "outage_seconds": 5})
+    parser = harness.make_parser(
+        __doc__, short={"jobs": 40, "outage_seconds": 5}, services=("redis",)
+    )
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--clients", type=int, default=4, help="concurrent submitting clients")
     parser.add_argument("--outage-seconds", type=float, default=10.0)

@@ -15,8 +15,9 @@ after its submission (planner.selectors.forecast_for_queued, in this process, fr
 the watcher keeps), and its actual start (the watcher's Running event). Prints the median and
 90th-percentile error of the forecast's middle against the actual wait, the error relative to
 the wait for jobs that waited at least --long-wait, and the share of jobs that started inside
-the forecast's range (strictly, and with one minute of slack for the pod start, which the
-simulation does not model).
+the forecast's range (a "now" forecast says within a minute; strictly, and with --slack portal
+seconds for the pod start, which the simulation does not model). "Waited at least --long-wait
+minutes" is in the day's time (portal seconds × --speed).
 
     .venv/bin/python bench/forecast_accuracy.py [--jobs 120] [--speed 6] [--burst-size 12]
 
@@ -225,7 +226,12 @@ def measure(args, stack: harness.Stack) -> int:
 
 
 def report(args, records, starts) -> None:
+    from planner.simulation import NOW_SECONDS
+
     errors, relative, inside, inside_slack, beyond, waits = [], [], 0, 0, 0, []
+    # The day runs --speed times faster than real: a wait of W portal seconds stands for
+    # W × speed seconds of the day, and "waited at least --long-wait minutes" is day time.
+    long_wait = args.long_wait * 60 / args.speed
     for job_id, posted, low, high, _possible in records:
         start = starts.get(job_id)
         if start is None:
@@ -235,13 +241,16 @@ def report(args, records, starts) -> None:
         if high is None:
             beyond += 1
             continue
-        middle = ((low or 0.0) + high) / 2
+        low = low or 0.0
+        middle = (low + high) / 2
         errors.append(abs(wait - middle))
-        if (low or 0.0) <= wait <= high:
+        # "now" says: within a minute.
+        top = NOW_SECONDS if high <= NOW_SECONDS else high
+        if low <= wait <= top:
             inside += 1
-        if (low or 0.0) - 60 <= wait <= high + 60:
+        if low - args.slack <= wait <= top + args.slack:
             inside_slack += 1
-        if wait >= args.long_wait * 60:
+        if wait >= long_wait:
             relative.append(abs(wait - middle) / wait)
     counted = len(waits)
     print(
@@ -267,30 +276,42 @@ def report(args, records, starts) -> None:
         harness.figure("forecast error p90", p90_error, "s")
     share = 100 * inside / counted
     share_slack = 100 * inside_slack / counted
-    print(f"started inside the forecast's range: {share:.0f} % ({share_slack:.0f} % within 1 min)")
+    print(
+        f"started inside the forecast's range: {share:.0f} % "
+        f"({share_slack:.0f} % within ±{args.slack:g} s, the start-up the simulation leaves out)"
+    )
     harness.figure("inside the range", share, "%")
-    harness.figure("inside the range ±1 min", share_slack, "%")
+    harness.figure("inside the range with the start-up slack", share_slack, "%")
     if relative:
         rel = 100 * statistics.median(relative)
         print(
-            f"jobs that waited ≥ {args.long_wait:g} min: {len(relative)}; median error "
-            f"{rel:.0f} % of their wait"
+            f"jobs that waited ≥ {args.long_wait:g} min of the day ({long_wait:.0f} s here): "
+            f"{len(relative)}; median error {rel:.0f} % of their wait"
         )
         harness.figure("median error / wait (long waits)", rel, "%")
     else:
-        print(f"no job waited ≥ {args.long_wait:g} min")
+        print(f"no job waited ≥ {args.long_wait:g} min of the day")
     if beyond:
         print(f"{beyond} forecast(s) said 'not within the horizon'")
 
 
 def main() -> int:
-    parser = harness.make_parser(__doc__, short={"jobs": 40, "burst_size": 10, "warmup_runs": 2})
+    # The short run keeps three warm-up runs: with fewer, no job type has the history the
+    # estimates need (planner.estimates.MIN_SAMPLES) and every forecast counts maximum runtimes.
+    parser = harness.make_parser(
+        __doc__,
+        short={"jobs": 40, "burst_size": 10, "warmup_runs": 3},
+        services=("postgres", "redis"),
+    )
     parser.add_argument("--jobs", type=int, default=120)
     parser.add_argument("--speed", type=float, default=6.0)
     parser.add_argument("--burst-size", type=int, default=12)
     parser.add_argument("--burst-every", type=float, default=20.0, help="simulated minutes")
     parser.add_argument("--warmup-runs", type=int, default=3)
-    parser.add_argument("--long-wait", type=float, default=5.0, help="minutes (portal time)")
+    parser.add_argument("--long-wait", type=float, default=5.0, help="minutes of the day")
+    parser.add_argument(
+        "--slack", type=float, default=30.0, help="portal seconds allowed for the pod start"
+    )
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--timeout", type=float, default=3600.0)
     args = harness.parse_args(parser)

@@ -2,11 +2,14 @@
 
 --jobs batch/v1 Jobs (one pod each) ask for a fraction of a GPU (`gpu-fraction`: a seeded mix of
 0.25 and 0.5) and run --seconds simulated seconds (± 50 %, seeded), in one KAI project queue on
---nodes nodes of 8 H100s, kubesim at --speed. They are submitted while the queue's GPU limit is 0
-(each waits with OverLimit), then the limit is lifted, so all are released at once. Then the same
-jobs run as whole GPUs (`nvidia.com/gpu: 1`) on a fresh kubesim. For each mode it prints the wall
-time and the simulated time from the release until every Job completed, the kubesim process's CPU
-time over that, and the pool's GPU utilisation over that simulated time:
+--nodes nodes of 8 H100s, kubesim at --speed. The Jobs and the queues are the portal's own
+(jobs.manifests.kai_batch_job, quotas.manifests.kai_*_queues: what the portal submits for a job
+with `gpu_fraction` on a KAI pool, and what its quota sync writes). They are submitted while the
+queue's GPU limit is 0 (each waits with OverLimit), then the portal's limit is put back, so all
+are released at once. Then the same jobs run as whole GPUs (`nvidia.com/gpu: 1`) on a fresh
+kubesim. For each mode it prints the wall time and the simulated time from the release until
+every Job completed, the kubesim process's CPU time over that, and the pool's GPU utilisation
+over that simulated time:
 
 - work: what the jobs use, sum(fraction x run time), over the pool's GPU-time;
 - held: GPU-time held, whole GPUs for whole-GPU jobs, and for fractions the time each shared
@@ -30,12 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kubernetes import client, watch
 
 from bench import _harness as harness
+from jobs.manifests import JobManifestInput, kai_batch_job
+from quotas import manifests as qm
 
 GROUP = "scheduling.run.ai"
 NAMESPACE = "bench"
-QUEUE = "bench-project"
+POOL = "bench"
+PROJECT = "bench"
+QUEUE = qm.kai_project_queue_name(PROJECT, POOL)
 FRACTIONS = ("0.25", "0.5")
-TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
 def cluster_yaml(nodes: int) -> str:
@@ -50,34 +56,39 @@ pools:
 """
 
 
-def setup(api) -> None:
-    """A department queue and a project queue under it. The project's GPU limit starts at 0, so
-    that the jobs wait (OverLimit) until all are submitted; `release` lifts it."""
-    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+def _model(nodes: int) -> qm.QuotaModel:
+    """The portal's quota model of the bench: one KAI pool, one project guaranteed all of it."""
+    pool = qm.PoolSpec(POOL, {}, (), nodes * 8, "8", "64Gi", scheduler=qm.KAI)
+    project = qm.ProjectSpec(
+        PROJECT, NAMESPACE, PROJECT, (qm.QuotaAmount(POOL, "gpu", nodes * 8, nodes * 8),)
+    )
+    return qm.QuotaModel(
+        pools=(pool,), departments=(qm.DepartmentSpec(PROJECT),), projects=(project,)
+    )
+
+
+def setup(api, nodes: int) -> None:
+    """The portal's department and project queues and its priority class. The project's GPU
+    limit starts at 0, so that the jobs wait (OverLimit) until all are submitted; `release`
+    puts the portal's limit back."""
+    model = _model(nodes)
     custom = client.CustomObjectsApi(api)
-    for name, parent in (("bench-dept", None), (QUEUE, "bench-dept")):
-        spec: dict = {"resources": {r: dict(unlimited) for r in ("cpu", "memory", "gpu")}}
-        if parent:
-            spec["parentQueue"] = parent
-            spec["resources"]["gpu"]["limit"] = 0
-        custom.create_cluster_custom_object(
-            GROUP,
-            "v2",
-            "queues",
-            {
-                "apiVersion": f"{GROUP}/v2",
-                "kind": "Queue",
-                "metadata": {"name": name},
-                "spec": spec,
-            },
-        )
+    (department,) = qm.kai_department_queues(model.departments[0], model.projects, model.pools)
+    (project,) = qm.kai_project_queues(model.projects[0], model.pools, model.projects)
+    project["spec"]["resources"]["gpu"]["limit"] = 0
+    for queue in (department, project):
+        custom.create_cluster_custom_object(GROUP, "v2", "queues", queue)
+    normal = qm.PrioritySpec("normal", 100, True)
+    client.SchedulingV1Api(api).create_priority_class(qm.pod_priority_class(normal))
     client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
 
 
-def release(api) -> float:
-    """Lift the project's limit; the simulated time it happened (the write's managedFields)."""
+def release(api, nodes: int) -> float:
+    """Put the portal's limit back; the simulated time it happened (the write's managedFields)."""
+    (project,) = qm.kai_project_queues(_model(nodes).projects[0], _model(nodes).pools)
+    limit = project["spec"]["resources"]["gpu"]["limit"]
     queue = client.CustomObjectsApi(api).patch_cluster_custom_object(
-        GROUP, "v2", "queues", QUEUE, {"spec": {"resources": {"gpu": {"limit": -1}}}}
+        GROUP, "v2", "queues", QUEUE, {"spec": {"resources": {"gpu": {"limit": limit}}}}
     )
     stamps = [entry["time"] for entry in queue["metadata"].get("managedFields") or []]
     return datetime.datetime.fromisoformat(max(stamps).replace("Z", "+00:00")).timestamp()
@@ -90,43 +101,38 @@ def grouped_pods(api) -> int:
 
 
 def plan(jobs: int, seconds: float) -> list[tuple[str, str, int]]:
+    """(Job name, fraction, simulated seconds); the names are the portal's (gp-job-<id>)."""
     rng = random.Random(25)
     return [
-        (f"job-{i}", rng.choice(FRACTIONS), max(1, round(seconds * rng.uniform(0.5, 1.5))))
-        for i in range(jobs)
+        (f"gp-job-{i}", rng.choice(FRACTIONS), max(1, round(seconds * rng.uniform(0.5, 1.5))))
+        for i in range(1, jobs + 1)
     ]
 
 
 def job_body(name: str, fraction: str, seconds: int, *, whole: bool) -> dict:
-    labels = {"kai.scheduler/queue": QUEUE}
-    container: dict = {
-        "name": "train",
-        "image": "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime",
-        "command": ["sh", "-c", f"sleep {seconds}"],
-        "resources": {"requests": {"cpu": "1", "memory": "4Gi"}},
-    }
-    annotations = {}
-    if whole:
-        container["resources"]["limits"] = {"nvidia.com/gpu": "1"}
-    else:
-        annotations["gpu-fraction"] = fraction
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": labels, "annotations": annotations},
-                "spec": {
-                    "schedulerName": "kai-scheduler",
-                    "restartPolicy": "Never",
-                    "tolerations": [TOLERATION],
-                    "containers": [container],
-                },
-            },
-        },
-    }
+    """The Job the portal submits for this job on a KAI pool (a fraction, or one whole GPU)."""
+    spec = JobManifestInput(
+        job_id=int(name.rsplit("-", 1)[1]),
+        name=name,
+        project_slug=PROJECT,
+        namespace=NAMESPACE,
+        kind="single",
+        backend="kai",
+        image="pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime",
+        command=("sh", "-c", f"sleep {seconds}"),
+        env={},
+        gpus=1 if whole else 0,
+        mig_resource="",
+        replicas=1,
+        cpu="1",
+        memory="4Gi",
+        priority="normal",
+        max_runtime_seconds=7 * 24 * 3600,
+        eligible_pools=(POOL,),
+        gpu_fraction="" if whole else fraction,
+        preemptible=True,
+    )
+    return kai_batch_job(spec)
 
 
 class CompletionWatcher(threading.Thread):
@@ -192,7 +198,7 @@ def run_mode(stack: harness.Stack, args, jobs, *, whole: bool) -> dict | None:
     )
     api = ks.api_client()
     try:
-        setup(api)
+        setup(api, args.nodes)
         watcher = CompletionWatcher(api)
         watcher.start()
         batch = client.BatchV1Api(api)
@@ -212,7 +218,7 @@ def run_mode(stack: harness.Stack, args, jobs, *, whole: bool) -> dict | None:
         # every job waits at the queue's limit of 0 GPUs: lift it and time from there
         cpu_before = harness.cpu_seconds(ks.process.pid)
         t0 = time.monotonic()
-        released = release(api)
+        released = release(api, args.nodes)
         deadline = t0 + args.timeout
         while time.monotonic() < deadline:
             with watcher.lock:

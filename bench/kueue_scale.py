@@ -293,7 +293,9 @@ def run_portal(ks, args, projects, token, stack: harness.Stack) -> tuple[float, 
 
 
 def main() -> int:
-    parser = harness.make_parser(__doc__, short={"jobs": 300, "seconds": 60})
+    parser = harness.make_parser(
+        __doc__, short={"jobs": 300, "seconds": 60}, services=("postgres", "redis")
+    )
     parser.add_argument("--jobs", type=int, default=15_000)
     parser.add_argument("--speed", type=float, default=100.0)
     parser.add_argument("--seconds", type=int, default=600, help="simulated run time per job")

@@ -240,7 +240,9 @@ def measure_requests(
 
 
 def main() -> int:
-    parser = harness.make_parser(__doc__, short={"sizes": "10000", "requests": 20})
+    parser = harness.make_parser(
+        __doc__, short={"sizes": "10000", "requests": 20}, services=("postgres",)
+    )
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--conn-max-age", type=int, default=60)

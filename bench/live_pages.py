@@ -145,7 +145,9 @@ async def run(args, port: int, cookie: str, server_pid: int) -> None:
 
 def main() -> int:
     parser = harness.make_parser(
-        __doc__, short={"pages": 50, "events": 5, "event_interval": 0.2, "idle_seconds": 2.0}
+        __doc__,
+        short={"pages": 50, "events": 5, "event_interval": 0.2, "idle_seconds": 2.0},
+        services=("postgres", "redis"),
     )
     parser.add_argument("--pages", type=int, default=1000)
     parser.add_argument("--events", type=int, default=50)

@@ -112,7 +112,7 @@ def table_bytes(resolution: int | None = None) -> int:
 
 
 def main() -> int:
-    parser = harness.make_parser(__doc__, short={"sweeps": 8, "nodes": 10})
+    parser = harness.make_parser(__doc__, short={"sweeps": 8, "nodes": 10}, services=("postgres",))
     parser.add_argument("--sweeps", type=int, default=240, help="15-s sweeps (240 = one hour)")
     parser.add_argument("--nodes", type=int, default=100)
     args = harness.parse_args(parser)

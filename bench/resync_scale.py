@@ -215,7 +215,9 @@ def measure_pass(label: str, size: int, projects: int, *, before, memory: bool =
 
 
 def main() -> int:
-    parser = harness.make_parser(__doc__, short={"jobs": 500, "projects": 10})
+    parser = harness.make_parser(
+        __doc__, short={"jobs": 500, "projects": 10}, services=("postgres",)
+    )
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--projects", type=int, default=100)
     parser.add_argument("--page-size", type=int, default=500)

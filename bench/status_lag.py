@@ -135,7 +135,9 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def main() -> int:
-    parser = harness.make_parser(__doc__, short={"jobs": 20, "run_seconds": 3.0})
+    parser = harness.make_parser(
+        __doc__, short={"jobs": 20, "run_seconds": 3.0}, services=("postgres",)
+    )
     parser.add_argument("--jobs", type=int, default=500)
     parser.add_argument("--nodes", type=int, default=16)
     parser.add_argument("--run-seconds", type=float, default=10.0)

@@ -169,7 +169,7 @@ def top_functions(profile: cProfile.Profile, prefixes: tuple[str, ...], n: int =
 
 
 def main() -> int:
-    parser = harness.make_parser(__doc__, short={"jobs": 30})
+    parser = harness.make_parser(__doc__, short={"jobs": 30}, services=("postgres", "redis"))
     parser.add_argument("--jobs", type=int, default=300)
     args = harness.parse_args(parser)
     return harness.run(args, measure)

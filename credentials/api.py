@@ -14,6 +14,7 @@ from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from audit.services import record
 from credentials.models import Credential, CredentialKind
 from credentials.services import (
     ClusterUnavailable,
@@ -147,6 +148,12 @@ class CredentialViewSet(
 
     def denied_message(self, project) -> str:
         return f"Only admins of project '{project}' manage its credentials."
+
+    def retrieve(self, request: Request, *args, **kwargs) -> Response:
+        credential = self.get_object()
+        # Who looked at a credential's key list is part of the trail (never its values).
+        record("credential.read_keys", actor=request.user, target=credential)
+        return Response(self.get_serializer(credential).data)
 
     @extend_schema(
         request=CredentialCreateSerializer, responses={201: CredentialSerializer, 503: UNAVAILABLE}

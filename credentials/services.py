@@ -17,6 +17,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from kubernetes.config.config_exception import ConfigException
 
+from audit.services import created, diff, record, removed
 from credentials import manifests as M
 from credentials.models import Credential, CredentialKind
 from credentials.validation import validate_kind, validate_name, validate_registry, validate_values
@@ -164,6 +165,13 @@ def credential_create(
                 credential,
                 _secret_manifest(credential, values=values, username=username, token=token),
             )
+            # Key names and the registry server only: values never reach the trail.
+            record(
+                "credential.create",
+                actor=actor,
+                target=credential,
+                changes=created({"kind": kind, "keys": keys, "server": normalized}),
+            )
     except IntegrityError as exc:
         raise ValidationError(
             {"name": [f"Project {project.slug} already has a credential named {name!r}."]}
@@ -207,6 +215,7 @@ def credential_replace(
         locked = (
             Credential.objects.select_for_update().select_related("project").get(pk=credential.pk)
         )
+        before_keys, before_server = list(locked.keys), locked.server
         if locked.kind == CredentialKind.REGISTRY:
             locked.server = normalized or locked.server
             manifest = _secret_manifest(locked, values=None, username=username, token=token)
@@ -233,6 +242,18 @@ def credential_replace(
         locked.updated_by = actor
         locked.save(update_fields=["keys", "server", "updated_by", "updated_at"])
         _apply(locked, manifest)
+        record(
+            "credential.replace",
+            actor=actor,
+            target=locked,
+            changes=diff(
+                {"keys": before_keys, "server": before_server},
+                {"keys": locked.keys, "server": locked.server},
+            ),
+            detail="values replaced: "
+            + (", ".join(sorted(values or {})) or "registry login")
+            + (" (all keys)" if replace_all else ""),
+        )
     return locked
 
 
@@ -253,5 +274,16 @@ def credential_delete(*, actor: Any, credential: Credential) -> bool:
                 )
             except CLUSTER_ERRORS as exc:
                 raise _cluster_error("delete", locked.name, exc) from exc
+        target = (locked._meta.label_lower, locked.pk, str(locked))
+        project = locked.project
+        old = {"kind": locked.kind, "keys": locked.keys}
         locked.delete()
+        record(
+            "credential.delete",
+            actor=actor,
+            target=target,
+            project=project,
+            changes=removed(old),
+            detail="its Secret deleted" if deleted else "no Secret of the portal's to delete",
+        )
     return deleted

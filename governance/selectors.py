@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum
 
 from governance import member_limits
 from governance.models import MemberGpuLimit, QuotaRequest, RequestStatus
@@ -42,15 +42,13 @@ class EffectiveLimit:
 def effective_limits(*, project_id: int, user_id: int, pools: list[str]) -> list[EffectiveLimit]:
     """The member's limit in each of these pools that has one: their own row, else the
     project's default for every member."""
+    # One query for both (every reconcile of a first apply asks): defaults, then own rows.
     rows = MemberGpuLimit.objects.filter(
-        project_id=project_id, pool__slug__in=pools, user_id=user_id
-    ).values_list("pool__slug", "pool__gpu_model", "max_gpus")
-    own = {slug: (model, cap) for slug, model, cap in rows}
-    defaults = MemberGpuLimit.objects.filter(
-        project_id=project_id, pool__slug__in=pools, user__isnull=True
-    ).values_list("pool__slug", "pool__gpu_model", "max_gpus")
-    found = {slug: (model, cap) for slug, model, cap in defaults}
-    found.update(own)
+        Q(user_id=user_id) | Q(user__isnull=True), project_id=project_id, pool__slug__in=pools
+    ).values_list("pool__slug", "pool__gpu_model", "max_gpus", "user_id")
+    found: dict[str, tuple[str, int]] = {}
+    for slug, model, cap, _owner in sorted(rows, key=lambda row: row[3] is not None):
+        found[slug] = (model, cap)
     return [EffectiveLimit(slug, model, cap) for slug, (model, cap) in sorted(found.items())]
 
 

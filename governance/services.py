@@ -19,8 +19,10 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from audit.services import created, record, removed
 from governance.models import MemberGpuLimit, QuotaRequest, RequestStatus
 from governance.selectors import project_gpu_quota, project_gpus_running, quota_requests_to_end
+from notifications.events import quota_request_decided
 from quotas.models import FULL_GPU, GpuPool
 from quotas.services import quota_set
 from quotas.tasks import enqueue_quota_sync
@@ -106,9 +108,18 @@ def member_limit_set(
         .order_by()
         .first()
     ) or MemberGpuLimit(project=project, pool=found_pool, user=member)
+    old = limit.max_gpus if limit.pk else None
     limit.max_gpus = max_gpus
     limit.set_by = actor if getattr(actor, "is_authenticated", False) else None
     limit.save()
+    record(
+        "member_limit.set",
+        actor=actor,
+        target=limit,
+        changes={"max_gpus": [old, max_gpus]},
+        detail=f"pool {found_pool.slug}, "
+        + (f"member {member.get_username()}" if member else "every member"),
+    )
     audit.info(
         "member_limit_set actor=%s project=%s pool=%s user=%s max_gpus=%s",
         _actor_name(actor),
@@ -131,7 +142,16 @@ def member_limit_delete(*, actor: Any, limit: MemberGpuLimit) -> None:
         limit.pool.slug,
         limit.user.get_username() if limit.user_id else "*",
     )
+    target = (limit._meta.label_lower, limit.pk, str(limit))
+    old = limit.max_gpus
     limit.delete()
+    record(
+        "member_limit.delete",
+        actor=actor,
+        target=target,
+        project=limit.project,
+        changes=removed({"max_gpus": old}),
+    )
 
 
 # --- temporary quota requests ---------------------------------------------------------------
@@ -228,6 +248,13 @@ def quota_request_create(
         reason=str(reason).strip(),
         requester=actor,
     )
+    record(
+        "quota_request.create",
+        actor=actor,
+        target=request,
+        changes=created({"pool": request.pool.slug, "gpus": request.gpus, "until": request.until}),
+        detail=request.reason,
+    )
     audit.info(
         "quota_request_create actor=%s project=%s pool=%s gpus=%s until=%s",
         _actor_name(actor),
@@ -281,6 +308,17 @@ def quota_request_approve(*, actor: Any, request: QuotaRequest, note: str = "") 
     request.decided_at = timezone.now()
     request.note = note.strip()
     request.save()
+    record(
+        "quota_request.approve",
+        actor=actor,
+        target=request,
+        changes={
+            "status": [RequestStatus.PENDING, request.status],
+            "granted": [0, request.granted],
+        },
+        detail=request.note,
+    )
+    quota_request_decided(request)
     enqueue_quota_sync()
     audit.info(
         "quota_request_approve actor=%s project=%s pool=%s gpus=%s until=%s",
@@ -304,6 +342,14 @@ def quota_request_refuse(*, actor: Any, request: QuotaRequest, note: str = "") -
     request.decided_at = timezone.now()
     request.note = note.strip()
     request.save()
+    record(
+        "quota_request.refuse",
+        actor=actor,
+        target=request,
+        changes={"status": [RequestStatus.PENDING, request.status]},
+        detail=request.note,
+    )
+    quota_request_decided(request)
     audit.info(
         "quota_request_refuse actor=%s project=%s pool=%s gpus=%s",
         _actor_name(actor),
@@ -341,8 +387,8 @@ def _end_one(request_id: int) -> str:
         )
         enqueue_quota_sync()
     given_back = nominal - target
+    granted_before, before = request.granted, request.status
     request.granted = max(0, request.granted - given_back)
-    before = request.status
     if request.granted == 0 or quota is None:
         request.granted = 0
         request.status = RequestStatus.EXPIRED
@@ -351,6 +397,16 @@ def _end_one(request_id: int) -> str:
         request.status = RequestStatus.EXPIRING
     request.save(update_fields=["granted", "status", "ended_at"])
     if given_back or request.status != before:
+        record(
+            "quota_request.end",
+            actor=None,
+            target=request,
+            changes={
+                "status": [before, request.status],
+                "granted": [granted_before, request.granted],
+            },
+            detail=f"{given_back} GPUs given back",
+        )
         audit.info(
             "quota_request_end project=%s pool=%s gave_back=%s still_granted=%s status=%s",
             request.project.slug,

@@ -208,6 +208,8 @@ def summary_dict(job: Job) -> dict[str, Any] | None:
         "idle_fraction": summary.idle_fraction,
         "idle_threshold": summary.idle_threshold,
         "idle_warning": summary.idle_warned_at is not None,
+        # A KAI fraction: the exporter reports the shared GPU as a whole, not this job's part.
+        "shared_gpu": job.gpu_fraction is not None or job.gpu_memory is not None,
         "samples": summary.samples,
         "computed_at": summary.computed_at,
     }
@@ -233,11 +235,14 @@ def project_usage(
     if until is not None:
         blocks = blocks.filter(start__lte=until)
     by_device = {d.pk: d for d in devices}
+    from jobs.selectors import fraction_shares
+
+    fractions = fraction_shares({d.job_id for d in by_device.values()})
     groups: dict[str, dict[str, Any]] = {}
     util_i = SERIES_INDEX["util"]
     for device_id, start, ts, vals in blocks.values_list("device_id", "start", "ts", "vals"):
         device = by_device[device_id]
-        share = _share(device.mig_profile)
+        share = fractions.get(device.job_id) or _share(device.mig_profile)
         times, values = codec.decode(start, codec.HOUR, ts, vals)
         for i, t in enumerate(times):
             if (since is not None and t + 3600 <= since) or (until is not None and t > until):

@@ -22,7 +22,12 @@ from django.utils import timezone
 
 from gpumetrics import codec
 from gpumetrics import idle as idle_rule
-from gpumetrics.attribution import JobFacts, attribute, job_id_from_pod
+from gpumetrics.attribution import (
+    KAI_RESERVATION_NAMESPACE,
+    JobFacts,
+    attribute,
+    job_id_from_pod,
+)
 from gpumetrics.conf import MetricsConfig, config
 from gpumetrics.models import (
     ExporterStatus,
@@ -34,9 +39,9 @@ from gpumetrics.models import (
 from gpumetrics.parsing import DeviceReading
 from gpumetrics.series import SERIES_INDEX, XID, row_from_fields, xid_meaning
 from gpumetrics.sources import SweepResult, read_prometheus, scrape_exporters
-from jobs.models import Job, JobEvent, JobKind
+from jobs.models import Job, JobEvent, JobKind, JobPod
 from jobs.services import job_record_event
-from jobs.states import TERMINAL, JobState
+from jobs.states import ACTIVE, TERMINAL, JobState
 from notifications.events import GPU_IDLE
 from notifications.services import notify
 from portal.kube import metrics as kube_metrics
@@ -87,6 +92,32 @@ def _job_facts(readings: list[DeviceReading]) -> dict[int, JobFacts]:
         pk: JobFacts(pk, namespace, devices_expected(kind, gpus, replicas))
         for pk, namespace, kind, gpus, replicas in rows
     }
+
+
+def _shared_gpus(readings: list[DeviceReading]) -> dict[str, dict[int, float]]:
+    """GPU UUID → {job id: share} for the GPUs KAI's reservation pods hold in this sweep: the
+    live fraction jobs whose pods were put on them (JobPod.gpu_group and the UUID the
+    reservation pod reported)."""
+    uuids = {r.key.uuid for r in readings if r.namespace == KAI_RESERVATION_NAMESPACE}
+    if not uuids:
+        return {}
+    match = Q()
+    for uuid in uuids:
+        match |= Q(gpu_uuids__contains=[uuid])
+    rows = list(
+        JobPod.objects.filter(match, deleted=False, job__state__in=sorted(ACTIVE))
+        .exclude(gpu_group="")
+        .values_list("job_id", "gpu_uuids")
+    )
+    from jobs.selectors import fraction_shares  # jobs' reads; gpumetrics sits above jobs
+
+    shares = fraction_shares({job_id for job_id, _ in rows})
+    out: dict[str, dict[int, float]] = {}
+    for job_id, held in rows:
+        for uuid in held or ():
+            if uuid in uuids and job_id in shares:
+                out.setdefault(uuid, {})[job_id] = shares[job_id]
+    return out
 
 
 def _upsert_devices(at: int, by_job: dict[int, list[DeviceReading]]) -> dict[tuple, tuple]:
@@ -248,7 +279,7 @@ def ingest(readings: dict | list[DeviceReading], *, at: int) -> IngestReport:
     devices = list(readings.values()) if isinstance(readings, dict) else list(readings)
     report = IngestReport(at=at, devices=len(devices))
     jobs = _job_facts(devices)
-    attribution = attribute(devices, jobs)
+    attribution = attribute(devices, jobs, _shared_gpus(devices))
     with transaction.atomic():
         # Sweeps store one at a time (a slow one and the next beat's may overlap).
         _wait_for_ingest()
@@ -429,8 +460,12 @@ def compute_summary(
     devices = list(JobGpu.objects.filter(job=job))
     data = []
     held = 0.0
+    from jobs.selectors import fraction_shares
+
+    fraction = fraction_shares([job.pk]).get(job.pk)
     for device in devices:
-        share = _mig_share(device.mig_profile)
+        # GPU-hours count the part of the GPU a fraction job held.
+        share = fraction if fraction is not None else _mig_share(device.mig_profile)
         data.append((share, _raw_rows(device)))
         held += share * ((device.last_seen - device.first_seen).total_seconds() + cfg.period)
     figures = summary_from_rows(

@@ -78,6 +78,22 @@ SAMPLE_JOBS: list[tuple[str, str, dict[str, Any]]] = [
             "priority": "low",
         },
     ),
+    # Issue 25: two notebooks on half a GPU each; KAI Scheduler puts them on the same L40S.
+    *[
+        (
+            "vision-member",
+            "vision",
+            {
+                "name": f"notebook-half-{letter}",
+                "kind": "single",
+                "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                "command": ["python", "notebook.py"],
+                "gpu_fraction": 0.5,
+                "pool": "l40s-kai",
+            },
+        )
+        for letter in ("a", "b")
+    ],
 ]
 
 

@@ -36,6 +36,7 @@ class Request:
 
     count: int
     unit: str  # "H100 GPUs", "MIG 1g.10gb slices"
+    text: str = ""  # said instead of "count × unit" (a fraction: "0.5 of an H100 GPU")
 
 
 def gpu_short_name(gpu_model: str) -> str:
@@ -44,7 +45,15 @@ def gpu_short_name(gpu_model: str) -> str:
     return match.group(1) if match else gpu_model
 
 
-def request_for(*, gpus: int, replicas: int, mig_profile: str, gpu_model: str) -> Request:
+def request_for(
+    *, gpus: int, replicas: int, mig_profile: str, gpu_model: str, share: float | None = None
+) -> Request:
+    if share is not None:
+        name = gpu_short_name(gpu_model) if gpu_model else ""
+        amount = format(round(share, 2), "g")
+        article = "an" if name[:1] in ("A", "H") else "a"
+        what = f"{article} {name} GPU" if name else "a GPU"
+        return Request(1, f"{name} GPUs".strip(), text=f"{amount} of {what}")
     if mig_profile:
         return Request(replicas or 1, f"MIG {mig_profile} slices")
     name = gpu_short_name(gpu_model) if gpu_model else ""
@@ -100,7 +109,8 @@ def _position(position: int | None, length: int | None) -> str:
 
 def _waiting_head(request: Request, pool: str) -> str:
     where = f" in pool {pool}" if pool else ""
-    return f"Waiting for {request.count} × {request.unit}{where}"
+    what = request.text or f"{request.count} × {request.unit}"
+    return f"Waiting for {what}{where}"
 
 
 _UNUSED = re.compile(
@@ -118,6 +128,65 @@ _NODES = re.compile(r"(?P<free>\d+)/(?P<total>\d+) nodes are available")
 _GANG = re.compile(r"(?P<missing>\d+)/(?P<tasks>\d+) tasks in gang unschedulable")
 _VOLCANO_QUEUE = re.compile(r"queue resource quota insufficient: (?P<what>.*)")
 _VOLCANO_OVERUSED = re.compile(r"resource in cluster is overused: (?P<what>.*)")
+# KAI Scheduler (PodGroup schedulingConditions reasons[]; KAI v0.17 message templates)
+_KAI_LIMIT = re.compile(
+    r"(?P<queue>.+?) quota has reached the allowable limit of (?P<what>GPUs|CPU cores|GB memory)"
+    r"\. Limit is (?P<limit>\S+) \S+(?: \S+)?, currently (?P<used>\S+)"
+)
+_KAI_NP_QUOTA = re.compile(r"but (?P<queue>.+?) quota is (?P<quota>\S+) GPUs")
+_KAI_GANG = re.compile(
+    r"Resources were found for (?P<found>\d+) pods while (?P<needed>\d+) are required"
+)
+_KAI_NO_NODE = re.compile(r"no nodes with enough resources were found: (?P<why>.*)")
+_KAI_QUEUE_MISSING = re.compile(r"Queue '(?P<queue>[^']+)' does not exist")
+
+
+def _kai_sentence(reason: str, text: str, request: Request, standing: Standing | None) -> str:
+    """Why a KAI job waits, in the portal's words ("" when KAI's reason is not one of these)."""
+    pool = standing.pool if standing else ""
+    head = _waiting_head(request, pool)
+    match = _KAI_LIMIT.search(text)
+    if reason == "OverLimit" or match:
+        if match and match.group("queue").startswith("department "):
+            who = match.group("queue")
+            return (
+                f"{head}: {who} has reached the most its projects may use in this pool "
+                f"(limit {match.group('limit')} {match.group('what')}); it starts when its "
+                "other jobs finish."
+            )
+        limit = f" (limit {match.group('limit')} {match.group('what')})" if match else ""
+        return (
+            f"{head}: the project has reached the most it may use in this pool{limit}; it "
+            "starts when the project's other jobs finish, or if the quota is raised."
+        )
+    if reason == "NonPreemptibleOverQuota":
+        match = _KAI_NP_QUOTA.search(text)
+        quota = f" ({match.group('quota')} GPUs)" if match else ""
+        return (
+            f"{head}: its priority is never preempted, so it may only use the project's "
+            f"guaranteed quota{quota}, which its other such jobs hold. A preemptible priority "
+            "(normal or low) may borrow idle GPUs."
+        )
+    if reason == "QueueDoesNotExist" or _KAI_QUEUE_MISSING.search(text):
+        return (
+            f"The project's queue is not set up in the cluster yet ({text}); an administrator "
+            "needs to sync the quotas."
+        )
+    if match := _KAI_GANG.search(text):
+        return (
+            f"Waiting until all {match.group('needed')} pods can start together: only "
+            f"{match.group('found')} fit on the free GPUs now."
+        )
+    if match := _KAI_NO_NODE.search(text):
+        why = match.group("why")
+        if "GPU memory" in why:
+            return f"{head}: no GPU has that much memory free right now."
+        if "GPUs" in why:
+            return f"{head}: no node has enough free GPUs right now."
+        return f"{head}: no node has room right now ({why.rstrip('.')})."
+    if reason in ("Not enough resources for the workload", "Unable to schedule podgroup"):
+        return f"{head}: the pool has no room for it right now."
+    return ""
 
 
 def explain_pending(
@@ -203,6 +272,8 @@ def explain_pending(
     if reason in ("WaitingForQuota",):
         clause = _standing_clause(request, standing)
         return done(_waiting_head(request, pool) + (f": {clause}." if clause else "."))
+    if kai := _kai_sentence(reason, text, request, standing):
+        return done(kai)
     # Volcano
     if match := _VOLCANO_QUEUE.search(text):
         clause = _standing_clause(request, standing)

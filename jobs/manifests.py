@@ -10,6 +10,10 @@ Backends:
   Service so pods reach each other as <job>-<index>.<job>; torchrun env from the index.
 - gang on Volcano: a batch.volcano.sh/v1alpha1 Job with a master and a worker task and the
   pytorch plugin, which provides the same env (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK).
+- on KAI Scheduler (issue 25): the same batch/v1 Jobs, not suspended (KAI holds the pods, not the
+  Job), with schedulerName kai-scheduler and the project's queue label; a gang is the Indexed Job
+  with kai.scheduler/batch-min-member = replicas (KAI's podgrouper makes it all-or-nothing); a
+  fraction of a GPU is the pod annotation gpu-fraction or gpu-memory instead of nvidia.com/gpu.
 """
 
 from dataclasses import dataclass, field
@@ -19,6 +23,8 @@ from jobs.mounts import CHECKPOINT_ENV, SHM_PATH, checkpoint_sub_path
 from jobs.secret_refs import SecretEnv, SecretFile
 from portal.kube import labels as L
 from quotas.manifests import (
+    KAI_NODE_POOL_LABEL,
+    kai_project_queue_name,
     local_queue_name,
     priority_class_name,
     volcano_project_queue_name,
@@ -34,6 +40,12 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 VOLCANO_MASTER_TASK = "master"
 VOLCANO_WORKER_TASK = "worker"
+KAI_SCHEDULER_NAME = "kai-scheduler"
+KAI_QUEUE_LABEL = "kai.scheduler/queue"
+KAI_PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
+KAI_BATCH_MIN_MEMBER = "kai.scheduler/batch-min-member"
+KAI_FRACTION_ANNOTATION = "gpu-fraction"
+KAI_MEMORY_ANNOTATION = "gpu-memory"
 
 
 @dataclass(frozen=True)
@@ -45,7 +57,7 @@ class JobManifestInput:
     project_slug: str
     namespace: str
     kind: str  # single | mig | gang
-    backend: str  # kueue | volcano (single and mig are always kueue)
+    backend: str  # kueue | volcano (gangs only) | kai
     image: str
     command: tuple[str, ...]
     env: dict[str, str]
@@ -79,6 +91,17 @@ class JobManifestInput:
     secret_env: tuple[SecretEnv, ...] = ()
     secret_files: tuple[SecretFile, ...] = ()
     image_pull_secrets: tuple[str, ...] = ()
+    # Issue 25, KAI: a fraction of one GPU ("0.5") or GPU memory in MiB instead of whole GPUs;
+    # whether the priority class may be preempted (KAI's preemptibility label); the KAI shard
+    # (kai.scheduler/node-pool) of the pool.
+    gpu_fraction: str = ""
+    gpu_memory: int = 0
+    preemptible: bool | None = None
+    kai_node_pool: str = ""
+
+    @property
+    def fractional(self) -> bool:
+        return bool(self.gpu_fraction or self.gpu_memory)
 
 
 SHM_VOLUME = "dshm"
@@ -107,6 +130,8 @@ def job_selector(job_id: int) -> str:
 
 
 def _accelerator_limits(spec: JobManifestInput) -> dict[str, str]:
+    if spec.fractional:
+        return {}  # KAI refuses a fraction together with an nvidia.com/gpu limit
     if spec.kind == "mig":
         return {spec.mig_resource: "1"}
     return {GPU_RESOURCE: str(spec.gpus)}
@@ -484,8 +509,68 @@ def volcano_gang_job(spec: JobManifestInput) -> dict[str, Any]:
     }
 
 
+def kai_queue_for(spec: JobManifestInput) -> str:
+    """The project's leaf KAI queue of the one pool the job is pinned to (as for Volcano)."""
+    pool = spec.eligible_pools[0] if spec.eligible_pools else "none"
+    return kai_project_queue_name(spec.project_slug, pool)
+
+
+def kai_annotations(spec: JobManifestInput) -> dict[str, str]:
+    """The GPU-sharing annotations KAI reads on a fraction pod."""
+    if spec.gpu_fraction:
+        return {KAI_FRACTION_ANNOTATION: spec.gpu_fraction}
+    if spec.gpu_memory:
+        return {KAI_MEMORY_ANNOTATION: str(spec.gpu_memory)}
+    return {}
+
+
+def _kai_labels(spec: JobManifestInput) -> dict[str, str]:
+    labels = {KAI_QUEUE_LABEL: kai_queue_for(spec)}
+    if spec.preemptible is not None:
+        labels[KAI_PREEMPTIBILITY_LABEL] = "preemptible" if spec.preemptible else "non-preemptible"
+    if spec.kai_node_pool:
+        labels[KAI_NODE_POOL_LABEL] = spec.kai_node_pool
+    return labels
+
+
+def kai_batch_job(spec: JobManifestInput) -> dict[str, Any]:
+    """A batch/v1 Job for KAI Scheduler: one pod (single, MIG or a fraction) or an Indexed gang.
+
+    Not suspended: KAI schedules the pods themselves. The deadline is the pods' own (from when
+    they start), so time spent waiting in the queue does not count against the runtime."""
+    name = object_name(spec.job_id)
+    labels = _kai_labels(spec)
+    gang = spec.kind == "gang"
+    pod = _pod_spec(spec, _torch_env(spec, f"{name}-0.{name}") if gang else [])
+    pod["schedulerName"] = KAI_SCHEDULER_NAME
+    pod["priorityClassName"] = priority_class_name(spec.priority)
+    pod["activeDeadlineSeconds"] = spec.max_runtime_seconds
+    if gang:
+        pod["subdomain"] = name
+    template_meta: dict[str, Any] = {"labels": {**job_labels(spec), **labels}}
+    annotations = kai_annotations(spec)
+    if annotations:
+        template_meta["annotations"] = annotations
+    metadata = _metadata(spec, **labels)
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "podFailurePolicy": POD_FAILURE_POLICY,
+        "parallelism": spec.replicas if gang else 1,
+        "completions": spec.replicas if gang else 1,
+        "template": {"metadata": template_meta, "spec": pod},
+    }
+    if gang:
+        job_spec["completionMode"] = "Indexed"
+        metadata["annotations"] = {KAI_BATCH_MIN_MEMBER: str(spec.replicas)}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
+
+
 def build_job_manifests(spec: JobManifestInput) -> list[dict[str, Any]]:
     """All objects of a job, in apply order (the Service before the pods that need it)."""
+    if spec.backend == "kai":
+        if spec.kind == "gang":
+            return [gang_service(spec), kai_batch_job(spec)]
+        return [kai_batch_job(spec)]
     if spec.kind == "gang":
         if spec.backend == "volcano":
             return [volcano_gang_job(spec)]

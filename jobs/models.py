@@ -4,8 +4,8 @@ from django.conf import settings
 from django.db import models
 
 from jobs.states import ACTIVE, TERMINAL, JobState
-from quotas.models import GpuPool, PriorityName
-from tenants.models import GangBackend, Project
+from quotas.models import GpuPool, PoolScheduler, PriorityName
+from tenants.models import Project
 
 
 class JobKind(models.TextChoices):
@@ -77,7 +77,12 @@ class Job(models.Model):
         max_length=16, choices=PriorityName.choices, default=PriorityName.NORMAL
     )
     max_runtime_minutes = models.PositiveIntegerField()
-    backend = models.CharField(max_length=16, choices=GangBackend.choices)
+    backend = models.CharField(max_length=16, choices=PoolScheduler.choices)
+    # Issue 25 (KAI pools): a fraction of one GPU, or GPU memory in MiB, instead of whole GPUs.
+    gpu_fraction = models.DecimalField(max_digits=4, decimal_places=3, null=True, blank=True)
+    gpu_memory = models.PositiveIntegerField(
+        null=True, blank=True, help_text="MiB of one GPU (KAI gpu-memory)."
+    )
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.SUBMITTED)
     state_reason = models.CharField(max_length=64, blank=True)
@@ -227,6 +232,8 @@ class JobPod(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     gpu_uuids = models.JSONField(default=list, blank=True)
     gpu_indices = models.JSONField(default=list, blank=True)
+    # KAI GPU sharing: the shared GPU's group (runai-gpu-group) of a fraction pod.
+    gpu_group = models.CharField(max_length=64, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     reason = models.CharField(max_length=64, blank=True)
     message = models.TextField(blank=True)

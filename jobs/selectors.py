@@ -1,20 +1,28 @@
 """Reads of jobs: visibility, the pool facts a request is validated against, rendered manifests."""
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 from django.db.models import Q, QuerySet, Sum
 
 from credentials.models import Credential
+from jobs import fractions, secret_refs
 from jobs import manifests as job_manifests_module
-from jobs import secret_refs
 from jobs.manifests import JobManifestInput
-from jobs.models import Job, JobKind, QueueUsage
+from jobs.models import Job, JobKind, JobPod, QueueUsage
 from jobs.mounts import default_shm_bytes
 from jobs.states import ACTIVE
 from jobs.validation import PoolFacts, format_quantity, parse_quantity
 from quotas import arithmetic, mig
-from quotas.models import DepartmentQuota, GpuPool, ProjectQuota
+from quotas.manifests import KAI_NODE_POOL_LABEL
+from quotas.models import (
+    DepartmentQuota,
+    GpuPool,
+    PriorityClass,
+    ProjectQuota,
+    gpu_memory_from_model,
+)
 from tenants.models import Membership, PodSecurity, Project
 from tenants.permissions import WRITER_ROLES
 
@@ -84,6 +92,10 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
             "pool__default_memory",
             "pool__max_shm_size",
             "pool__max_termination_grace_seconds",
+            "pool__scheduler",
+            "pool__kai_fractions_allowed",
+            "pool__kai_fraction_step",
+            "pool__gpu_memory_mib",
         )
     )
     caps = {
@@ -99,7 +111,8 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
     for project_id, pool_id, resource, nominal, borrowing, *pool in rows:
         if project_id != project.pk:
             continue
-        slug, model, per_node, nodes, profiles, cpu, memory, max_shm, max_grace = pool
+        slug, model, per_node, nodes, profiles, cpu, memory, max_shm, max_grace, *kai = pool
+        scheduler, fractions, step, gpu_memory = kai
         fact = facts.setdefault(
             pool_id,
             PoolFacts(
@@ -114,6 +127,10 @@ def pool_facts_for_project(*, project: Project) -> list[PoolFacts]:
                 max_termination_grace_seconds=max_grace,
                 maximum={},
                 guaranteed={},
+                scheduler=scheduler,
+                fractions_allowed=scheduler == "kai" and fractions,
+                fraction_step=step,
+                gpu_memory_mib=gpu_memory or gpu_memory_from_model(model),
             ),
         )
         usable = arithmetic.usable_amount(
@@ -173,6 +190,22 @@ def _pool_labels(
     return slugs, tuple(pools[slug] for slug in slugs), others
 
 
+def _kai_facts(job: Job, eligible_labels: tuple[dict[str, str], ...]) -> dict[str, Any]:
+    """What only a KAI job's manifests need: its GPU share, whether its priority class may be
+    preempted (KAI's preemptibility label), and its pool's KAI shard."""
+    if job.backend != "kai":
+        return {}
+    classes = PriorityClass.objects.filter(name=job.priority)
+    preemptible = classes.values_list("preemptible", flat=True).first()
+    labels = eligible_labels[0] if eligible_labels else {}
+    return {
+        "gpu_fraction": format(job.gpu_fraction.normalize(), "f") if job.gpu_fraction else "",
+        "gpu_memory": job.gpu_memory or 0,
+        "preemptible": preemptible,
+        "kai_node_pool": labels.get(KAI_NODE_POOL_LABEL, ""),
+    }
+
+
 def manifest_input_for_job(job: Job, *, job_id: int | None = None) -> JobManifestInput:
     project = job.project
     eligible, eligible_labels, other_labels = _pool_labels(job)
@@ -208,6 +241,7 @@ def manifest_input_for_job(job: Job, *, job_id: int | None = None) -> JobManifes
         termination_grace_seconds=job.termination_grace_seconds,
         checkpoint_dir=job.checkpoint_dir,
         checkpoint_claim=job.checkpoint_claim,
+        **_kai_facts(job, eligible_labels),
     )
 
 
@@ -262,3 +296,53 @@ def gpus_in_use_per_pool() -> dict[str, int]:
         .order_by()
     )
     return {row["pool"]: int(row["n"] or 0) for row in totals}
+
+
+# --- GPU fractions (issue 25) ----------------------------------------------------------------
+
+
+def fraction_shares(job_ids: Iterable[int]) -> dict[int, float]:
+    """{job id: the part of one GPU it holds} for the fractional jobs among `job_ids`."""
+    rows = list(
+        Job.objects.filter(pk__in=list(job_ids))
+        .filter(Q(gpu_fraction__isnull=False) | Q(gpu_memory__isnull=False))
+        .values_list("pk", "gpu_fraction", "gpu_memory", "pool__slug", "eligible_pools")
+    )
+    if not rows:
+        return {}
+    memory = {
+        p.slug: p.gpu_memory
+        for p in GpuPool.objects.filter(scheduler="kai").only("slug", "gpu_model", "gpu_memory_mib")
+    }
+    out = {}
+    for pk, fraction, gpu_memory, pool, eligible in rows:
+        slug = pool or next(iter(eligible or ()), "")
+        share = fractions.job_share(fraction, gpu_memory, memory.get(slug))
+        if share is not None:
+            out[pk] = share
+    return out
+
+
+def pods_with_shares(*, job: Job) -> list[JobPod]:
+    """The job's pods; a fraction pod carries `share_text` ("0.5 of GPU-… (shared with 1 other
+    job)"), counting the other jobs that had pods on the same shared GPU (KAI GPU group)."""
+    pods = list(job.pod_records.all())
+    groups = {p.gpu_group for p in pods if p.gpu_group}
+    if not groups:
+        return pods
+    share = fraction_shares([job.pk]).get(job.pk)
+    if share is None:
+        return pods
+    others: dict[str, set[int]] = {}
+    for group, job_id in (
+        JobPod.objects.filter(gpu_group__in=groups)
+        .exclude(job_id=job.pk)
+        .values_list("gpu_group", "job_id")
+        .distinct()
+    ):
+        others.setdefault(group, set()).add(job_id)
+    for pod in pods:
+        if pod.gpu_group:
+            uuid = next(iter(pod.gpu_uuids or ()), "")
+            pod.share_text = fractions.share_text(share, uuid, len(others.get(pod.gpu_group, ())))
+    return pods

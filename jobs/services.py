@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import IntegrityError, OperationalError, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 from psycopg.errors import DeadlockDetected
 
+from audit import services as audit_services
 from governance.selectors import jobs_waiting_on_members_of
 from jobs import mounts as job_mounts
 from jobs import secret_refs
@@ -178,59 +179,76 @@ def _transition_chunk(moves: list[Move], *, source: str, reconciled: bool) -> li
     now = timezone.now()
     stamp = {"last_reconciled_at": now} if reconciled else {}
     with transaction.atomic():
-        # Lock the rows (in id order: two bulk passes never deadlock) and keep those still in
-        # the state read; the locks hold until commit, so the UPDATEs below see that state too.
-        current = dict(
-            Job.objects.select_for_update()
-            .filter(pk__in=[m.job.pk for m in moves])
-            .order_by("pk")
-            .values_list("pk", "state")
-        )
-        moved = [m for m in moves if current.get(m.job.pk) == str(m.job.state)]
-        groups: dict[tuple[str, str, str, str], list[int]] = {}
-        for m in moved:
-            key = (str(m.job.state), str(m.to), m.reason[:64], m.message)
-            groups.setdefault(key, []).append(m.job.pk)
-        for (expected, to, reason, message), ids in groups.items():
-            Job.objects.filter(pk__in=ids, state=expected).update(
-                state=to,
-                state_reason=reason,
-                state_message=message,
-                state_changed_at=now,
-                updated_at=now,
-                **stamp,
-            )
-        JobEvent.objects.bulk_create(
-            [
-                JobEvent(
-                    job_id=m.job.pk,
-                    from_state=str(m.job.state),
-                    to_state=str(m.to),
-                    reason=m.reason[:64],
-                    message=m.message,
-                    source=source,
-                )
-                for m in moved
-            ],
-            batch_size=BULK_WRITE_BATCH,
-        )
-        publish_job_changes([(m.job.pk, m.job.project_id, str(m.to)) for m in moved])
-        arrays = {
-            m.job.array_id for m in moved if str(m.to) in TERMINAL and m.job.array_id is not None
-        }
-        for array_id in sorted(arrays):
-            enqueue_array_reconcile(array_id)  # finished elements free slots of their array
-        for m in moved:
-            if str(m.to) in TERMINAL:
-                enqueue_gpu_summary(m.job.pk)
-            if str(m.to) in NOTIFIED_ENDINGS:
-                enqueue_job_end_notice(m.job.pk)
-        wake_member_limited([m.job.pk for m in moved if str(m.to) in TERMINAL])
+        if connection.vendor == "postgresql":
+            # One statement: lock in id order, compare-and-set, insert the events.
+            from jobs.reconcile.bulk import move_rows
+
+            rows = [(m.job.pk, str(m.job.state), str(m.to), m.reason, m.message) for m in moves]
+            ids = move_rows(rows, now=now, source=source, reconciled=reconciled)
+            moved = [m for m in moves if m.job.pk in ids]
+        else:
+            moved = _transition_chunk_orm(moves, now=now, source=source, stamp=stamp)
+        _after_moves(moved)
     for m in moved:
         job = m.job
         job.state, job.state_reason, job.state_message = str(m.to), m.reason[:64], m.message
         job.state_changed_at = now
     return moved
+
+
+def _transition_chunk_orm(moves: list[Move], *, now, source: str, stamp: dict) -> list[Move]:
+    """The same moves for other databases (SQLite in the demo): a few statements per chunk."""
+    # Lock the rows (in id order: two bulk passes never deadlock) and keep those still in
+    # the state read; the locks hold until commit, so the UPDATEs below see that state too.
+    current = dict(
+        Job.objects.select_for_update()
+        .filter(pk__in=[m.job.pk for m in moves])
+        .order_by("pk")
+        .values_list("pk", "state")
+    )
+    moved = [m for m in moves if current.get(m.job.pk) == str(m.job.state)]
+    groups: dict[tuple[str, str, str, str], list[int]] = {}
+    for m in moved:
+        key = (str(m.job.state), str(m.to), m.reason[:64], m.message)
+        groups.setdefault(key, []).append(m.job.pk)
+    for (expected, to, reason, message), ids in groups.items():
+        Job.objects.filter(pk__in=ids, state=expected).update(
+            state=to,
+            state_reason=reason,
+            state_message=message,
+            state_changed_at=now,
+            updated_at=now,
+            **stamp,
+        )
+    JobEvent.objects.bulk_create(
+        [
+            JobEvent(
+                job_id=m.job.pk,
+                from_state=str(m.job.state),
+                to_state=str(m.to),
+                reason=m.reason[:64],
+                message=m.message,
+                source=source,
+            )
+            for m in moved
+        ],
+        batch_size=BULK_WRITE_BATCH,
+    )
+    return moved
+
+
+def _after_moves(moved: list[Move]) -> None:
+    """What follows moves, once committed: live notices, array passes, summaries, notices."""
+    publish_job_changes([(m.job.pk, m.job.project_id, str(m.to)) for m in moved])
+    arrays = {m.job.array_id for m in moved if str(m.to) in TERMINAL and m.job.array_id is not None}
+    for array_id in sorted(arrays):
+        enqueue_array_reconcile(array_id)  # finished elements free slots of their array
+    for m in moved:
+        if str(m.to) in TERMINAL:
+            enqueue_gpu_summary(m.job.pk)
+        if str(m.to) in NOTIFIED_ENDINGS:
+            enqueue_job_end_notice(m.job.pk)
+    wake_member_limited([m.job.pk for m in moved if str(m.to) in TERMINAL])
 
 
 def job_note_status_many(notes: list[tuple[Job, str, str]]) -> int:
@@ -523,7 +541,6 @@ def job_request_from(*, project: Project, data: dict[str, Any]) -> JobRequest:
     """The validation input for request data (the API's, the form's, a saved template's), with
     the project's defaults: one place, so every way in validates the same request."""
     kind = data.get("kind") or ""
-    backend = data.get("backend") or (project.default_gang_backend if kind == "gang" else "")
     return JobRequest(
         project_slug=project.slug,
         kind=kind,
@@ -539,7 +556,10 @@ def job_request_from(*, project: Project, data: dict[str, Any]) -> JobRequest:
         memory=data.get("memory") or "",
         priority=data.get("priority") or "normal",
         max_runtime_minutes=data.get("max_runtime_minutes"),
-        backend=backend,
+        backend=data.get("backend") or "",
+        default_gang_backend=project.default_gang_backend if kind == "gang" else "",
+        gpu_fraction=data.get("gpu_fraction"),
+        gpu_memory=data.get("gpu_memory"),
         mounts=data.get("mounts"),
         shm_size=data.get("shm_size") or "",
         termination_grace_seconds=data.get("termination_grace_seconds"),
@@ -555,6 +575,7 @@ def job_submit(
     dry_run: bool = False,
     source: str = "api",
     idempotency: IdempotencyKey | None = None,
+    resubmit_of: Job | None = None,
 ) -> SubmitOutcome:
     """Validate a request and store the job (Submitted), or only render it when dry_run.
 
@@ -618,6 +639,8 @@ def job_submit(
             priority=request.priority,
             max_runtime_minutes=r.max_runtime_minutes,
             backend=r.backend,
+            gpu_fraction=r.gpu_fraction,
+            gpu_memory=r.gpu_memory,
             mounts=[m.as_dict() for m in r.mounts],
             shm_size=r.shm_size,
             termination_grace_seconds=r.termination_grace_seconds,
@@ -645,6 +668,21 @@ def job_submit(
             )
             if idempotency is not None:
                 record_submission(user=actor, key=idempotency, job=job)
+            audit_services.record(
+                "job.resubmit" if resubmit_of is not None else "job.submit",
+                actor=actor,
+                target=job,
+                changes=_audited_request(job),
+                detail=" ".join(
+                    filter(
+                        None,
+                        [
+                            f"Again of job {resubmit_of.pk}." if resubmit_of is not None else "",
+                            f"Resumes job {job.resume_from_id}." if job.resume_from_id else "",
+                        ],
+                    )
+                ),
+            )
             enqueue_reconcile(job.pk)
     except IntegrityError as exc:
         # Lost a race: with the same Idempotency-Key (answer with the winner's job), or with an
@@ -655,6 +693,21 @@ def job_submit(
         ) from exc
     return SubmitOutcome(
         job=job, validation=result, manifests=[], events=[event], warnings=warnings
+    )
+
+
+def _audited_request(job: Job) -> dict[str, Any]:
+    # What was asked for, without env values or file contents (they may hold secrets).
+    return audit_services.created(
+        {
+            "kind": job.kind,
+            "image": job.image,
+            "gpus": job.gpus,
+            "replicas": job.replicas,
+            "pool": job.pool.slug if job.pool_id else "",
+            "priority": job.priority,
+            "env_names": sorted(job.env) if isinstance(job.env, dict) else [],
+        }
     )
 
 
@@ -672,12 +725,14 @@ def job_cancel(*, actor: Any, job: Job, source: str = "api") -> Job:
         reason="Cancelled",
         message=f"cancelled by {getattr(actor, 'username', actor)}",
         source=source,
+        actor=actor,
     )
 
 
-def job_stop(job: Job, *, reason: str, message: str, source: str) -> Job:
-    """Cancel on the portal's own account (an idle workspace, its lifetime), no role check:
-    the job becomes Cancelled with this reason and its objects are deleted after commit."""
+def job_stop(job: Job, *, reason: str, message: str, source: str, actor: Any = None) -> Job:
+    """Cancel without a role check, with its own reason: job_cancel after its check, and the
+    portal's own stops (an idle workspace; actor None). The job becomes Cancelled and its
+    objects are deleted after commit."""
     for _ in range(5):
         current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
         if current is None:
@@ -696,6 +751,12 @@ def job_stop(job: Job, *, reason: str, message: str, source: str) -> Job:
                 )
                 Job.objects.filter(pk=job.pk).update(cleanup_pending=True)
                 job.cleanup_pending = True
+                audit_services.record(
+                    "job.cancel",
+                    actor=actor,
+                    target=job,
+                    changes={"state": [current, JobState.CANCELLED]},
+                )
                 enqueue_reconcile(job.pk)
         except StaleTransition:
             continue  # a reconcile moved it between our read and write; read again
@@ -752,28 +813,58 @@ def job_record_cluster_event(
     return True
 
 
+POD_FIELDS = (
+    "job",
+    "name",
+    "rank",
+    "node",
+    "phase",
+    "started_at",
+    "finished_at",
+    "gpu_uuids",
+    "gpu_indices",
+    "gpu_group",
+    "exit_code",
+    "reason",
+    "message",
+    "restart_count",
+    "deleted",
+    "updated_at",
+)
+
+
 def job_record_pods(*, job_id: int, records: list[Any], present_uids: set[str]) -> None:
     """Upsert the job's JobPod rows from jobs.status.PodRecord values; pods of the job that the
     cluster no longer has are marked deleted (kept: they say where the job ran)."""
-    for record in records:
-        JobPod.objects.update_or_create(
-            uid=record.uid,
-            defaults={
-                "job_id": job_id,
-                "name": record.name,
-                "rank": record.rank,
-                "node": record.node,
-                "phase": record.phase,
-                "started_at": record.started_at,
-                "finished_at": record.finished_at,
-                "gpu_uuids": record.gpu_uuids,
-                "gpu_indices": record.gpu_indices,
-                "exit_code": record.exit_code,
-                "reason": record.reason[:64],
-                "message": record.message,
-                "restart_count": record.restart_count,
-                "deleted": False,
-            },
+    if records:
+        # One INSERT … ON CONFLICT (uid) DO UPDATE for all of them: the watcher writes pods
+        # of many jobs a second, and a transaction with a locking read per pod was most of
+        # its database time.
+        JobPod.objects.bulk_create(
+            [
+                JobPod(
+                    job_id=job_id,
+                    uid=record.uid,
+                    name=record.name,
+                    rank=record.rank,
+                    node=record.node,
+                    phase=record.phase,
+                    started_at=record.started_at,
+                    finished_at=record.finished_at,
+                    gpu_uuids=record.gpu_uuids,
+                    gpu_indices=record.gpu_indices,
+                    gpu_group=getattr(record, "gpu_group", "")[:64],
+                    exit_code=record.exit_code,
+                    reason=record.reason[:64],
+                    message=record.message,
+                    restart_count=record.restart_count,
+                    deleted=False,
+                )
+                for record in {r.uid: r for r in records}.values()  # one row per uid
+            ],
+            update_conflicts=True,
+            unique_fields=["uid"],
+            update_fields=list(POD_FIELDS),
         )
     JobPod.objects.filter(job_id=job_id, deleted=False).exclude(uid__in=present_uids).update(
         deleted=True

@@ -7,6 +7,7 @@ and it says which portal state that is and why. Kueue conditions are read in Kue
 conditions win because they are what the pods actually did.
 """
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,10 +18,10 @@ S = JobState
 
 @dataclass(frozen=True)
 class ClusterSnapshot:
-    backend: str  # kueue | volcano
+    backend: str  # kueue | volcano | kai
     primary: dict[str, Any] | None  # batch/v1 Job or batch.volcano.sh Job; None = not found
     workload: dict[str, Any] | None = None  # Kueue Workload of the Job
-    podgroup: dict[str, Any] | None = None  # Volcano PodGroup of the vcjob
+    podgroup: dict[str, Any] | None = None  # Volcano PodGroup of the vcjob, KAI's of the Job
     pods: list[dict[str, Any]] = field(default_factory=list)
     expected_pods: int = 1
 
@@ -178,9 +179,59 @@ def map_volcano(snapshot: ClusterSnapshot) -> StatusReading:
     )
 
 
+def kai_waiting_reason(podgroup: dict[str, Any] | None) -> tuple[str, str] | None:
+    """(reason, message) of the newest reason KAI gives for a PodGroup that waits: its
+    UnschedulableOnNodePool scheduling condition (reasons[] first, the deprecated top-level
+    reason and message otherwise)."""
+    conditions = ((podgroup or {}).get("status") or {}).get("schedulingConditions") or []
+    for condition in reversed(conditions):
+        if not isinstance(condition, dict) or condition.get("status", "True") != "True":
+            continue
+        for entry in condition.get("reasons") or []:
+            if isinstance(entry, dict) and entry.get("reason"):
+                return str(entry["reason"]), str(entry.get("message") or "")
+        if condition.get("message") or condition.get("reason"):
+            return str(condition.get("reason") or "Unschedulable"), str(
+                condition.get("message") or ""
+            )
+    return None
+
+
+def map_kai(snapshot: ClusterSnapshot) -> StatusReading:
+    """A batch Job under KAI Scheduler: the Job says how it ended, the pods whether KAI bound
+    them, the PodGroup why it waits. The Job is never suspended, so its pods exist (Pending)
+    while KAI has not placed them."""
+    job = snapshot.primary
+    if job is None:
+        return StatusReading(None, "ObjectMissing", "the batch Job is gone", missing=True)
+    if terminal := _batch_job_terminal(job, snapshot.pods):
+        return terminal
+    status = job.get("status") or {}
+    live = [p for p in snapshot.pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    bound = [p for p in live if (p.get("spec") or {}).get("nodeName")]
+    ready = int(status.get("ready") or 0)
+    expected = snapshot.expected_pods
+    if ready >= expected and status.get("active"):
+        return StatusReading(S.RUNNING, "PodsRunning", f"{ready}/{expected} pods ready")
+    if bound and len(bound) >= expected:
+        return StatusReading(S.ADMITTED, "PodsStarting", f"{ready}/{expected} pods ready")
+    if len(live) < len(snapshot.pods) and not bound:
+        return StatusReading(
+            S.PREEMPTED, "Evicted", "KAI Scheduler evicted the job's pods; it waits to run again"
+        )
+    waiting = kai_waiting_reason(snapshot.podgroup)
+    if waiting is not None:
+        return StatusReading(S.QUEUED, waiting[0], waiting[1])
+    if snapshot.podgroup is None and not status.get("active") and not snapshot.pods:
+        return StatusReading(S.SUBMITTED, "WaitingForPods", "the Job has not created its pods")
+    return StatusReading(S.QUEUED, "Pending", "waiting for KAI Scheduler to place the job")
+
+
 def map_cluster_status(snapshot: ClusterSnapshot) -> StatusReading:
     if snapshot.backend == "volcano":
         return map_volcano(snapshot)
+    if snapshot.backend == "kai":
+        return map_kai(snapshot)
     return map_kueue(snapshot)
 
 
@@ -240,6 +291,11 @@ VOLCANO_TASK_INDEX = "volcano.sh/task-index"
 VOLCANO_TASK_SPEC = "volcano.sh/task-spec"
 GPU_UUIDS_ANNOTATIONS = ("kubesim.dev/gpu-uuids", "nvidia.com/gpu-uuids")
 GPU_INDICES_ANNOTATIONS = ("kubesim.dev/gpu-indices", "nvidia.com/gpu-indices")
+# KAI GPU sharing: a fraction pod's shared GPU is the group its label names; the reservation pod
+# of the group (namespace kai-resource-reservation) holds the GPU and its UUID annotation.
+KAI_GPU_GROUP_LABEL = "runai-gpu-group"
+KAI_RESERVATION_NAMESPACE = "kai-resource-reservation"
+KAI_RESERVED_GPU_ANNOTATION = "run.ai/reserve_for_gpu_index"
 
 
 def job_id_of(obj: dict[str, Any]) -> int | None:
@@ -288,6 +344,44 @@ class PodRecord:
     message: str
     restart_count: int
     container: str
+    gpu_group: str = ""  # KAI: the shared GPU (group) a fraction pod is on
+
+
+def kai_gpu_group(pod: dict[str, Any]) -> str:
+    """The KAI GPU group of a fraction pod: the runai-gpu-group label, or with several devices
+    the first runai-gpu-group/<group> label's value; "" for any other pod."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if labels.get(KAI_GPU_GROUP_LABEL):
+        return str(labels[KAI_GPU_GROUP_LABEL])
+    for key in sorted(labels):
+        if key.startswith(KAI_GPU_GROUP_LABEL + "/"):
+            return str(labels[key])
+    return ""
+
+
+def kai_reservations(reservation_pods: list[dict[str, Any]]) -> dict[str, tuple[str, str, str]]:
+    """group → (reservation pod name, node, GPU UUID) from the pods of kai-resource-reservation
+    (the UUID is "" until the reservation pod has written it)."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for pod in reservation_pods:
+        meta = pod.get("metadata") or {}
+        group = ((meta.get("labels") or {}).get(KAI_GPU_GROUP_LABEL)) or ""
+        if not group or meta.get("deletionTimestamp"):
+            continue
+        uuid = (meta.get("annotations") or {}).get(KAI_RESERVED_GPU_ANNOTATION) or ""
+        out[group] = (meta.get("name") or "", (pod.get("spec") or {}).get("nodeName") or "", uuid)
+    return out
+
+
+def with_shared_gpu(record: PodRecord, reservations: dict[str, tuple[str, str, str]]) -> PodRecord:
+    """A fraction pod's record with the UUID of the GPU it shares (its device plugin gave the
+    GPU to the reservation pod, so the pod itself names none)."""
+    if not record.gpu_group or record.gpu_uuids:
+        return record
+    found = reservations.get(record.gpu_group)
+    if not found or not found[2]:
+        return record
+    return dataclasses.replace(record, gpu_uuids=[found[2]])
 
 
 def pod_record(pod: dict[str, Any]) -> PodRecord:
@@ -347,6 +441,7 @@ def pod_record(pod: dict[str, Any]) -> PodRecord:
         message=message,
         restart_count=restarts,
         container=container,
+        gpu_group=kai_gpu_group(pod),
     )
 
 

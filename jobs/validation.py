@@ -2,7 +2,11 @@
 
 Every rule answers with the field and a specific reason. Quota feasibility is checked only for
 requests that can *never* be admitted (more than the project's maximum usable amount in every
-eligible pool); whether there is room right now is Kueue's and Volcano's decision, not ours.
+eligible pool); whether there is room right now is Kueue's, Volcano's and KAI's decision, not ours.
+
+Issue 25: a pool's scheduler (kueue, volcano or kai) decides where a job goes; a job on a KAI
+pool that allows it may ask for a fraction of one GPU (gpu_fraction, or gpu_memory in MiB),
+refused with the reason wherever KAI's admission would refuse it.
 """
 
 import re
@@ -16,7 +20,8 @@ from quotas import arithmetic, mig
 
 FULL_GPU = "gpu"
 KINDS = ("single", "mig", "gang")
-BACKENDS = ("kueue", "volcano")
+BACKENDS = ("kueue", "volcano", "kai")
+KAI = "kai"
 PRIORITIES = ("high", "normal", "low")
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -73,6 +78,10 @@ class PoolFacts:
     guaranteed: dict[str, int] = field(default_factory=dict)  # resource → nominal (guaranteed)
     max_shm_size: str = "64Gi"
     max_termination_grace_seconds: int = 600
+    scheduler: str = "kueue"  # kueue | volcano | kai
+    fractions_allowed: bool = False  # KAI pools only
+    fraction_step: Decimal = Decimal("0.25")
+    gpu_memory_mib: int | None = None  # one GPU's memory (the most a gpu_memory request asks)
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,11 @@ class JobRequest:
     termination_grace_seconds: int | None = None
     # [{"secret": credential, "path": "/mount/path"}, ...] (jobs.secret_refs checks them)
     secret_files: object = ()
+    # Issue 25: a fraction of one GPU (0 < f < 1) or GPU memory in MiB, KAI pools only; and the
+    # project's gang backend, used when neither the request nor the pool decides.
+    gpu_fraction: object = None
+    gpu_memory: object = None
+    default_gang_backend: str = ""
 
 
 @dataclass
@@ -115,6 +129,12 @@ class Resolved:
     mounts: list[job_mounts.ResolvedMount] = field(default_factory=list)
     shm_size: str = ""
     termination_grace_seconds: int = job_mounts.DEFAULT_GRACE_SECONDS
+    gpu_fraction: Decimal | None = None
+    gpu_memory: int | None = None
+
+    @property
+    def fractional(self) -> bool:
+        return self.gpu_fraction is not None or self.gpu_memory is not None
 
 
 @dataclass
@@ -285,14 +305,76 @@ def _validate_scalars(req: JobRequest, result: ValidationResult) -> None:
             )
 
 
+def _parse_fraction(value: object) -> Decimal | None:
+    """A number (or its text) as a Decimal; None when it is not one (booleans are not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
+        return None
+    try:
+        number = Decimal(str(value).strip())
+    except InvalidOperation:
+        return None
+    return number if number.is_finite() else None
+
+
+def _validate_fraction(req: JobRequest, result: ValidationResult) -> None:
+    """gpu_fraction / gpu_memory on their own: KAI's admission rules (gpu-request validator)."""
+    r = result.resolved
+    if req.gpu_fraction is None and req.gpu_memory is None:
+        return
+    field_name = "gpu_fraction" if req.gpu_fraction is not None else "gpu_memory"
+    if req.kind != "single":
+        result.add(
+            field_name, "Only single-pod jobs can take a fraction of a GPU; use kind 'single'."
+        )
+        return
+    if req.gpu_fraction is not None and req.gpu_memory is not None:
+        result.add("gpu_memory", "Ask for either gpu_fraction or gpu_memory, not both.")
+        return
+    if req.gpus not in (None, 0):
+        result.add(
+            field_name,
+            "A fraction of a GPU cannot be combined with whole GPUs: leave gpus out (or 0), "
+            "or ask for whole GPUs without a fraction.",
+        )
+        return
+    if req.backend not in ("", KAI):
+        result.add("backend", "GPU fractions run on KAI Scheduler only: leave backend out.")
+        return
+    if req.gpu_fraction is not None:
+        fraction = _parse_fraction(req.gpu_fraction)
+        if fraction is None or not 0 < fraction < 1:
+            result.add(
+                "gpu_fraction",
+                f"{req.gpu_fraction!r} is not a fraction of a GPU: it must be a number greater "
+                "than 0 and less than 1, e.g. 0.25 or 0.5.",
+            )
+            return
+        r.gpu_fraction = fraction
+    else:
+        memory = req.gpu_memory
+        if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
+            result.add(
+                "gpu_memory",
+                f"{memory!r} is not a GPU memory request: a whole number of MiB above 0, "
+                "e.g. 20000.",
+            )
+            return
+        r.gpu_memory = memory
+
+
 def _validate_shape(req: JobRequest, result: ValidationResult) -> None:
     """GPUs, MIG profile, replicas and backend against the job kind."""
     r = result.resolved
+    _validate_fraction(req, result)
     if req.kind == "mig":
         if req.gpus not in (None, 0, 1):
             result.add("gpus", "A MIG job gets exactly one MIG slice; do not ask for whole GPUs.")
         if not req.mig_profile:
             result.add("mig_profile", "A MIG job needs a MIG profile, e.g. 1g.10gb.")
+        r.gpus = 0
+    elif r.fractional:
+        if req.mig_profile:
+            result.add("mig_profile", "Only MIG jobs take a MIG profile; use kind 'mig'.")
         r.gpus = 0
     else:
         if req.mig_profile:
@@ -310,15 +392,93 @@ def _validate_shape(req: JobRequest, result: ValidationResult) -> None:
         else:
             r.replicas = replicas
         if req.backend and req.backend not in BACKENDS:
-            result.add("backend", f"Unknown backend {req.backend!r}; choose kueue or volcano.")
-        r.backend = req.backend or "kueue"
+            result.add("backend", f"Unknown backend {req.backend!r}; choose kueue, volcano or kai.")
     else:
         if req.replicas not in (None, 1):
             result.add("replicas", "Only gang jobs have several pods; use kind 'gang'.")
-        if req.backend not in ("", "kueue"):
-            result.add("backend", "Single and MIG jobs run on Kueue; backend applies to gang jobs.")
+        if req.backend not in ("", "kueue", KAI):
+            result.add(
+                "backend",
+                "Single and MIG jobs run on Kueue or KAI; the Volcano backend applies to gang "
+                "jobs.",
+            )
         r.replicas = 1
-        r.backend = "kueue"
+    r.backend = req.backend or ""
+
+
+def _allowed_fractions(step: Decimal) -> str:
+    values = [step * k for k in range(1, int(1 / step)) if step * k < 1]
+    return ", ".join(format(v.normalize(), "f") for v in values)
+
+
+def _choose_backend(
+    req: JobRequest, candidates: list[PoolFacts], result: ValidationResult
+) -> list[PoolFacts]:
+    """Which scheduler runs the job, and the candidate pools that use it. KAI pools take only
+    KAI jobs and KAI jobs only KAI pools; a request that names no backend follows its pools."""
+    r = result.resolved
+    kai = [p for p in candidates if p.scheduler == KAI]
+    other = [p for p in candidates if p.scheduler != KAI]
+    where = f"pool {req.pool}" if req.pool else f"the pools of project {req.project_slug}"
+    if r.fractional:
+        field_name = "gpu_fraction" if r.gpu_fraction is not None else "gpu_memory"
+        offering = [p for p in kai if p.fractions_allowed]
+        if not offering:
+            schedulers = ", ".join(f"{p.slug} ({p.scheduler})" for p in candidates)
+            result.add(
+                field_name,
+                "A fraction of a GPU is offered only in KAI Scheduler pools that allow "
+                f"fractions; {where} do not ({schedulers}). Ask for whole GPUs instead.",
+            )
+            return []
+        if r.gpu_fraction is not None:
+            fitting = [p for p in offering if not (r.gpu_fraction / p.fraction_step) % 1]
+            if not fitting:
+                for pool in offering:
+                    result.add(
+                        "gpu_fraction",
+                        f"{format(r.gpu_fraction.normalize(), 'f')} is not a multiple of pool "
+                        f"{pool.slug}'s step of {format(pool.fraction_step.normalize(), 'f')}; "
+                        f"allowed values: {_allowed_fractions(pool.fraction_step)}.",
+                    )
+                return []
+        else:
+            fitting = [p for p in offering if p.gpu_memory_mib and r.gpu_memory <= p.gpu_memory_mib]
+            if not fitting:
+                for pool in offering:
+                    result.add(
+                        "gpu_memory",
+                        f"{r.gpu_memory} MiB is more than one GPU of pool {pool.slug} has: "
+                        f"allowed values are 1 to {pool.gpu_memory_mib or 0} MiB.",
+                    )
+                return []
+        r.backend = KAI
+        return fitting
+    if r.backend == KAI:
+        if not kai:
+            result.add(
+                "backend",
+                f"The KAI backend needs a KAI Scheduler pool; {where} run "
+                f"{', '.join(sorted({p.scheduler for p in candidates}))}.",
+            )
+        return kai
+    if r.backend:
+        if not other:
+            result.add(
+                "backend",
+                f"{where.capitalize()} run KAI Scheduler, not {r.backend}: leave backend out "
+                "or choose kai.",
+            )
+        return other
+    if other:
+        if req.kind == "gang":
+            volcano_pools = all(p.scheduler == "volcano" for p in other)
+            r.backend = "volcano" if volcano_pools else (req.default_gang_backend or "kueue")
+        else:
+            r.backend = "kueue"
+        return other
+    r.backend = KAI
+    return kai
 
 
 def _pools_listing(pools: list[PoolFacts]) -> str:
@@ -343,6 +503,9 @@ def _resolve_pools(
                 f"its pools: {_pools_listing(pools)}.",
             )
             return []
+    candidates = _choose_backend(req, candidates, result)
+    if not candidates:
+        return []
     if req.kind == "mig" and req.mig_profile:
         offered = []
         reasons = []
@@ -385,7 +548,11 @@ def _check_admissible(
 ) -> list[PoolFacts]:
     r = result.resolved
     resource = req.mig_profile if req.kind == "mig" else FULL_GPU
-    per_pod = 1 if req.kind == "mig" else r.gpus
+    per_pod: int | Decimal = 1 if req.kind == "mig" else r.gpus
+    if r.gpu_fraction is not None:
+        per_pod = r.gpu_fraction
+    elif r.gpu_memory is not None:
+        per_pod = Decimal("0.01")  # some of one GPU: any GPU quota at all can hold it
     needed = per_pod * r.replicas
     unit = f"{req.mig_profile} MIG slice" if req.kind == "mig" else "GPU"
     admissible = []
@@ -602,7 +769,8 @@ def validate_job_request(
     if not admissible:
         return result
     r = result.resolved
-    if req.kind == "gang" and r.backend == "volcano":
+    if r.backend in ("volcano", KAI):
+        # One queue per pool in both: the job names the queue of exactly one pool.
         admissible = [choose_gang_pool(admissible)]
     # Written into the pods as a required node affinity: Kueue may only pick these pools' flavors.
     r.eligible_pools = [p.slug for p in admissible]

@@ -47,3 +47,7 @@ def recent_deliveries(user: Any, limit: int = 50) -> list[Delivery]:
         .select_related("endpoint")
         .order_by("-created_at", "-id")[:limit]
     )
+
+
+def waiting_minutes_default() -> int:
+    return settings.PORTAL_NOTIFY_WAITING_MINUTES

@@ -12,6 +12,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -19,6 +20,7 @@ from django.core.mail import EmailMessage, get_connection
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from audit.services import created, diff, record, removed
 from notifications import address_guard, webhooks
 from notifications.events import CHANNELS, EMAIL, EVENTS, WEBHOOK
 from notifications.models import (
@@ -405,15 +407,29 @@ def create_webhook(
     if format not in WebhookFormat.values:
         raise ValidationError({"format": [f"Must be one of {', '.join(WebhookFormat.values)}."]})
     check_webhook_url(url, actor=actor, allow_internal=allow_internal)
-    return WebhookEndpoint.objects.create(
-        user=actor,
-        name=name,
-        url=url,
-        format=format,
-        allow_internal=allow_internal,
-        active=active,
-        secret=secrets.token_urlsafe(32),
-    )
+    with transaction.atomic():
+        endpoint = WebhookEndpoint.objects.create(
+            user=actor,
+            name=name,
+            url=url,
+            format=format,
+            allow_internal=allow_internal,
+            active=active,
+            secret=secrets.token_urlsafe(32),
+        )
+        record("webhook.create", actor=actor, target=endpoint, changes=created(_audited(endpoint)))
+    return endpoint
+
+
+def _audited(endpoint: WebhookEndpoint) -> dict[str, Any]:
+    # The host only: a Slack-style URL carries its secret in the path.
+    return {
+        "name": endpoint.name,
+        "host": urlsplit(endpoint.url).hostname or "",
+        "format": endpoint.format,
+        "active": endpoint.active,
+        "allow_internal": endpoint.allow_internal,
+    }
 
 
 def update_webhook(endpoint: WebhookEndpoint, *, actor: Any, **changes: Any) -> WebhookEndpoint:
@@ -427,11 +443,23 @@ def update_webhook(endpoint: WebhookEndpoint, *, actor: Any, **changes: Any) -> 
     allow_internal = changes.get("allow_internal", endpoint.allow_internal)
     if "url" in changes or "allow_internal" in changes:
         check_webhook_url(url, actor=actor, allow_internal=allow_internal)
+    before = _audited(endpoint)
     for name, value in changes.items():
         setattr(endpoint, name, value)
-    endpoint.save()
+    with transaction.atomic():
+        endpoint.save()
+        record(
+            "webhook.change",
+            actor=actor,
+            target=endpoint,
+            changes=diff(before, _audited(endpoint)),
+            detail="URL changed" if "url" in changes else "",
+        )
     return endpoint
 
 
 def delete_webhook(endpoint: WebhookEndpoint, *, actor: Any) -> None:
-    endpoint.delete()
+    target, old = (endpoint._meta.label_lower, endpoint.pk, str(endpoint)), _audited(endpoint)
+    with transaction.atomic():
+        endpoint.delete()
+        record("webhook.delete", actor=actor, target=target, changes=removed(old))

@@ -113,6 +113,7 @@ class JobAdviceViewSet(TenantScopedViewSet):
                 "job": job.pk,
                 "forecast": result.forecast.as_dict() if result.forecast else None,
                 "alternatives": [a.as_dict() for a in result.alternatives],
+                "later": result.later.as_dict() if result.later else None,
             }
         )
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db import transaction
 
+from audit.services import record
 from quotas import services as quota_services
 from quotas.arithmetic import QuotaEntry
 from quotas.models import GpuPool
@@ -37,5 +38,12 @@ def whatif_apply(*, actor: Any, proposal: list[QuotaEntry]) -> list[dict[str, An
             }
         )
     if applied:
+        # Each quota has its own quota.set row with old and new values; this one ties them.
+        record(
+            "planner.whatif_apply",
+            actor=actor,
+            target=("planner.whatif", "", f"{len(applied)} quotas"),
+            detail=", ".join(f"{a['project']}/{a['pool']}={a['nominal']}" for a in applied),
+        )
         enqueue_quota_sync()
     return applied

@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from quotas import arithmetic
 from quotas.arithmetic import DepartmentCap, QuotaEntry
@@ -98,7 +98,7 @@ class Snapshot:
     preemption: Preemption = field(default_factory=Preemption)
 
 
-@dataclass
+@dataclass(slots=True)
 class JobOutcome:
     start: float | None = None  # None: not within the horizon
     end: float | None = None
@@ -184,207 +184,464 @@ def _shape(job: SimJob) -> tuple:
     return (job.project, job.department, job.pools, job.resource, job.amount, job.priority)
 
 
+class _Check:
+    """One pool of a shape, with its constraint keys and the use each may be at for it to fit.
+
+    Limits do not change during a run, so "use + amount <= limit" becomes "use <= allowed",
+    worked out once per shape instead of at every try.
+    """
+
+    __slots__ = (
+        "allowed_cohort",
+        "allowed_guarantee",
+        "allowed_pool",
+        "allowed_project",
+        "cohort_key",
+        "pool",
+        "pool_key",
+        "project_key",
+        "start_key",
+    )
+
+    def __init__(self, job: SimJob, pool: str, ledger: _Ledger) -> None:
+        self.pool = pool
+        self.project_key = (job.project, pool, job.resource)
+        self.cohort_key = (job.department, pool, job.resource)
+        self.pool_key = (pool, job.resource)
+        self.allowed_project = ledger.maximum.get(self.project_key, 0) - job.amount
+        self.allowed_cohort = ledger.cohort_nominal.get(self.cohort_key, 0) - job.amount
+        self.allowed_pool = ledger.capacity.get(self.pool_key, 0) - job.amount
+        self.allowed_guarantee = ledger.guaranteed.get(self.project_key, 0) - job.amount
+        self.start_key = (pool, job.resource, job.department)
+
+
+def _push(waits: dict[tuple, list], key: tuple, entry: tuple) -> None:
+    waiting = waits.get(key)
+    if waiting is None:
+        waiting = waits[key] = []
+    heapq.heappush(waiting, entry)
+
+
 class _Run:
-    def __init__(self, snapshot: Snapshot, scenario: str, horizon: float) -> None:
+    def __init__(
+        self, snapshot: Snapshot, scenario: str, horizon: float, *, reference: bool = False
+    ) -> None:
         self.snapshot = snapshot
         self.scenario = scenario
         self.horizon = horizon
+        # The reference run tries every waiting shape at every pass, without the sleeping below:
+        # slow and plainly right, the yardstick of the equivalence tests.
+        self.reference = reference
         self.ledger = _Ledger(snapshot)
         self.outcomes: dict[str, JobOutcome] = {job.key: JobOutcome() for job in snapshot.jobs}
         self.running: dict[str, tuple[SimJob, str, float]] = {}  # key → (job, pool, end)
+        # The running jobs per (pool, resource, department): where victims are looked for.
+        self.running_in: dict[tuple[str, str, str], dict[str, SimJob]] = {}
         self.ends: list[tuple[float, int, str]] = []  # heap of (end, generation, key)
         self.generation: dict[str, int] = {}
         self.buckets: dict[tuple, list[tuple]] = {}  # shape → heap of (order, job)
+        self.checks: dict[tuple, tuple[_Check, ...]] = {}  # shape → its pools' checks
         self.arrivals: list[tuple[float, tuple, SimJob]] = []
         self.lower: dict[tuple, dict[int, int]] = {}
-        self.released: dict[tuple, int] = {}  # units released so far per constraint
+        priorities = sorted({job.priority for job in snapshot.jobs})
+        self.priorities_above = {p: [q for q in priorities if q > p] for p in priorities}
         self.awake: set[tuple] = set()  # shapes with queued jobs worth trying
         self.sleeping: dict[tuple, int] = {}  # shape → token of its current sleep
-        self.wait_release: dict[tuple, list[tuple[int, int, tuple]]] = {}
-        self.wait_start: dict[tuple, dict[tuple, int]] = {}  # shape → lower units needed
+        # Sleeping shapes per constraint (project, cohort, pool) and key, grouped by the use
+        # the constraint must be at for them to fit: {key: {allowed use: heap of (queue order,
+        # token, shape)}}. A release wakes no one at once: it puts forward each satisfied group,
+        # whose first shape is tried at its place in the queue (see _admit).
+        ledger = self.ledger
+        self.uses = (ledger.project_use, ledger.cohort_use, ledger.pool_use)
+        self.groups: tuple[dict[tuple, dict[int, list]], ...] = ({}, {}, {})
+        self.forward: list[tuple[tuple, int, tuple]] = []  # groups put forward between passes
+        self.forwarded: dict[tuple, tuple] = {}  # group → the earliest place it is put forward
+        # Preemption: the use by jobs of a shape's priority or higher, per (kind, pool, resource,
+        # project or department, priority); shapes waiting for a lower-priority start (shape →
+        # token); shapes waiting for any change in a pool.
+        self.wait_high: dict[tuple, list[tuple[int, int, tuple]]] = {}
+        # The keys of wait_high by what a stop must look at: its project's (kind 0), its
+        # department's (1), its pool's (2), under the stopped job's keys (see _keys).
+        self.high_keys: tuple[dict[tuple, set[tuple]], ...] = ({}, {}, {})
+        self.wait_start: dict[tuple, dict[tuple, int]] = {}
+        self.wait_any: dict[tuple[str, str], list[tuple[int, tuple]]] = {}
         self.token = 0
-        self.woken = False
-        self.possible = {
-            job.key: any(self.ledger.ever_fits(job, pool) for pool in job.pools)
-            for job in snapshot.jobs
-        }
+        # The admission heap while admitting: (queue order, 0, shape) for a shape to try,
+        # (queue order, 1, group) for a group put forward.
+        self.heads: list[tuple[tuple, int, tuple]] | None = None
+        # Whether each job can ever start (its quota, cohort and pool are large enough), worked
+        # out once per kind of request.
+        fits_ever: dict[tuple, bool] = {}
+        self.possible: dict[str, bool] = {}
+        for job in snapshot.jobs:
+            kind = (job.project, job.department, job.pools, job.resource, job.amount)
+            possible = fits_ever.get(kind)
+            if possible is None:
+                possible = fits_ever[kind] = any(
+                    self.ledger.ever_fits(job, pool) for pool in job.pools
+                )
+            self.possible[job.key] = possible
+        self.job_keys: dict[str, tuple] = {}  # job key → its pool and keys there (see _move)
 
-    # Running amounts by priority, to tell at once when no preemption can make room.
-    def _index(self, job: SimJob, pool: str, sign: int) -> None:
-        for key in (
-            (pool, job.resource, "project", job.project),
-            (pool, job.resource, "department", job.department),
-        ):
-            by_priority = self.lower.setdefault(key, {})
-            by_priority[job.priority] = by_priority.get(job.priority, 0) + sign * job.amount
+    def _keys(self, job: SimJob, pool: str) -> tuple:
+        """The job's keys in a pool (built once per job and pool): project, cohort and pool use,
+        the lower-priority sums of its project and department, and its running_in key."""
+        keys = self.job_keys.get(job.key)
+        if keys is None or keys[0] != pool:
+            resource = job.resource
+            keys = self.job_keys[job.key] = (
+                pool,
+                (job.project, pool, resource),
+                (job.department, pool, resource),
+                (pool, resource),
+                (pool, resource, "project", job.project),
+                (pool, resource, "department", job.department),
+                (pool, resource, job.department),
+            )
+        return keys
+
+    def _move(self, job: SimJob, pool: str, sign: int) -> tuple:
+        """A job starts (sign 1) or stops (-1) in a pool: the use and the lower-priority sums;
+        its keys."""
+        keys = self.job_keys.get(job.key)
+        if keys is None or keys[0] != pool:
+            keys = self._keys(job, pool)
+        _, project_key, cohort_key, pool_key, project_lower, department_lower, _ = keys
+        amount = sign * job.amount
+        ledger = self.ledger
+        ledger.project_use[project_key] = ledger.project_use.get(project_key, 0) + amount
+        ledger.cohort_use[cohort_key] = ledger.cohort_use.get(cohort_key, 0) + amount
+        ledger.pool_use[pool_key] = ledger.pool_use.get(pool_key, 0) + amount
+        # Running amounts below each priority that occurs, to tell at once when no preemption
+        # can make room: key → {priority: units of lower priority}.
+        above = self.priorities_above[job.priority]
+        if above:
+            for key in (project_lower, department_lower):
+                lower = self.lower.get(key)
+                if lower is None:
+                    lower = self.lower[key] = dict.fromkeys(self.priorities_above, 0)
+                for priority in above:
+                    lower[priority] += amount
+        return keys
 
     def _lower_than(self, key: tuple, priority: int) -> int:
-        return sum(v for p, v in self.lower.get(key, {}).items() if p < priority)
+        lower = self.lower.get(key)
+        return lower[priority] if lower else 0
 
-    def _preemption_could_help(self, job: SimJob, pool: str) -> bool:
+    def _preemption_could_help(self, job: SimJob, check: _Check) -> bool:
         """An upper bound: whether evicting every lower-priority job of the project and of the
         department in the pool would make room (False skips the search for victims)."""
-        resource = job.resource
-        own = self._lower_than((pool, resource, "project", job.project), job.priority)
+        pool, resource = check.pool, job.resource
         department = self._lower_than((pool, resource, "department", job.department), job.priority)
         if department <= 0:
             return False
+        own = self._lower_than((pool, resource, "project", job.project), job.priority)
         ledger = self.ledger
-        key = (job.project, pool, resource)
-        cohort = (job.department, pool, resource)
         return (
-            ledger.project_use.get(key, 0) + job.amount - ledger.maximum.get(key, 0) <= own
-            and ledger.cohort_use.get(cohort, 0) + job.amount - ledger.cohort_nominal.get(cohort, 0)
-            <= department
-            and ledger.pool_use.get((pool, resource), 0)
-            + job.amount
-            - ledger.capacity.get((pool, resource), 0)
-            <= department
+            ledger.project_use.get(check.project_key, 0) - check.allowed_project <= own
+            and ledger.cohort_use.get(check.cohort_key, 0) - check.allowed_cohort <= department
+            and ledger.pool_use.get(check.pool_key, 0) - check.allowed_pool <= department
         )
 
     # jobs in and out
     def _start(self, job: SimJob, pool: str, at: float, duration: float) -> None:
-        self.ledger.add(job, pool)
-        self._index(job, pool, 1)
+        keys = self._move(job, pool, 1)
         end = at + max(0.0, duration)
         self.running[job.key] = (job, pool, end)
+        running_in = self.running_in.get(keys[6])
+        if running_in is None:
+            running_in = self.running_in[keys[6]] = {}
+        running_in[job.key] = job
         generation = self.generation.get(job.key, 0) + 1
         self.generation[job.key] = generation
         heapq.heappush(self.ends, (end, generation, job.key))
         outcome = self.outcomes[job.key]
         outcome.start, outcome.end, outcome.pool = at, end, pool
-        outcome.borrowed = self.ledger.borrowing(job.project, job.department, pool, job.resource)
-        outcome.borrowed = min(outcome.borrowed, job.amount)
+        ledger = self.ledger
+        borrowed = ledger.project_use[keys[1]] - ledger.guaranteed.get(keys[1], 0)
+        outcome.borrowed = min(max(0, borrowed), job.amount)
         # A lower-priority job is a new possible victim for the shapes that wait on preemption.
-        waiting = self.wait_start.get((pool, job.resource, job.department))
+        waiting = self.wait_start.get(keys[6])
         if waiting:
-            key = (pool, job.resource, "department", job.department)
-            lower: dict[int, int] = {}
-            for shape, needed in list(waiting.items()):
-                priority = shape[5]
-                if priority <= job.priority:
-                    continue
-                if priority not in lower:
-                    lower[priority] = self._lower_than(key, priority)
-                if lower[priority] >= needed:
+            for shape, token in list(waiting.items()):
+                if shape[5] > job.priority:
                     del waiting[shape]
-                    self._wake(shape)
+                    self._wake(shape, token)
+        if self.wait_any:
+            self._wake_any(pool, job.resource)
 
     def _stop(self, key: str) -> SimJob:
         job, pool, _ = self.running.pop(key)
-        self.ledger.add(job, pool, -1)
-        self._index(job, pool, -1)
-        for released in (
-            ("project", job.project, pool, job.resource),
-            ("cohort", job.department, pool, job.resource),
-            ("pool", pool, job.resource),
-        ):
-            total = self.released.get(released, 0) + job.amount
-            self.released[released] = total
-            waiting = self.wait_release.get(released)
-            while waiting and waiting[0][0] <= total:
-                _, token, shape = heapq.heappop(waiting)
-                if self.sleeping.get(shape) == token:
-                    self._wake(shape)
+        keys = self._move(job, pool, -1)
+        del self.running_in[keys[6]][key]
+        # Put forward the groups of sleeping shapes whose constraint this release satisfies.
+        resource = job.resource
+        for kind, constraint in ((0, keys[1]), (1, keys[2]), (2, keys[3])):
+            groups = self.groups[kind].get(constraint)
+            if not groups:
+                continue
+            level = self.uses[kind].get(constraint, 0)
+            for allowed, waiting in groups.items():
+                if allowed >= level and waiting:
+                    self._put_forward(waiting[0][0], (kind, constraint, allowed))
+        if self.wait_any:
+            self._wake_any(pool, resource)
+        # The use by jobs of priority p or higher falls with the end of a job of priority p or
+        # higher: in its project, in its department, and (for the pool's share of a department)
+        # unless it is that department's own lower-priority job.
+        priority = job.priority
+        for by, index in enumerate(keys[1:4]):
+            high_keys = self.high_keys[by].get(index)
+            if not high_keys:
+                continue
+            for high_key in high_keys:
+                if high_key[4] > priority and (by < 2 or high_key[3] == job.department):
+                    continue
+                waiting = self.wait_high.get(high_key)
+                if not waiting:
+                    continue
+                level = self._high_level(high_key)
+                while waiting and -waiting[0][0] >= level:
+                    _, token, shape = heapq.heappop(waiting)
+                    self._wake(shape, token)
         return job
 
     def _enqueue(self, job: SimJob) -> None:
         if not self.possible[job.key]:
             return  # can never start: its quota or the pool is too small
         shape = _shape(job)
-        heapq.heappush(self.buckets.setdefault(shape, []), (_queue_order(job), job))
-        if shape not in self.sleeping:
-            self.awake.add(shape)
+        bucket = self.buckets.get(shape)
+        if bucket is None:
+            bucket = self.buckets[shape] = []
+            self.checks[shape] = tuple(_Check(job, pool, self.ledger) for pool in job.pools)
+        order = _queue_order(job)
+        heapq.heappush(bucket, (order, job))
+        if bucket[0][0] != order:
+            return  # behind the shape's first job: it fits or fails with it
+        token = self.sleeping.get(shape)
+        if token is not None:
+            # Its sleep is filed at its first job's place in the queue, now an earlier one.
+            self._wake(shape, token)
+            return
+        self.awake.add(shape)
+        if self.heads is not None:
+            # A preempted job goes back in line at once, in its place in the queue.
+            heapq.heappush(self.heads, (order, 0, shape))
 
-    # A shape that failed sleeps until what stopped it can have changed. Use only grows between
-    # releases, so a shape short of s units on one constraint stays short until s units of it
-    # are released; and preemption finds no new victims before a lower-priority job of its
-    # department starts in the pool, or its own project releases quota (which may let it
-    # reclaim). Waking too often is harmless; these are the only ways a failure can change.
-    def _sleep(self, shape: tuple, job: SimJob) -> None:
+    # A shape that failed sleeps until what stopped it can have changed. Use only falls when a
+    # job stops, so a shape over its limit on one constraint cannot fit before a stop brings
+    # that constraint's use down to what the shape allows. Preemption can make room only when
+    # the use by jobs of the shape's priority or higher (what no eviction frees) is within the
+    # shape's limits, and the department has something of lower priority to evict: the first
+    # falls only when such a job stops, the second starts with a lower-priority start. When
+    # both hold and the search still failed (the victims' projects do not borrow, the
+    # threshold protects them), any start or stop in the pool may change it. Waking too often
+    # is harmless; the equivalence tests check these rules against the reference run.
+    def _sleep(self, shape: tuple) -> None:
         ledger = self.ledger
         self.token += 1
         token = self.token
         self.sleeping[shape] = token
         self.awake.discard(shape)
-        resource = job.resource
-        project, department, amount = job.project, job.department, job.amount
-        released = self.released
+        order = self.buckets[shape][0][0]
+        project_use, cohort_use, pool_use = (
+            ledger.project_use,
+            ledger.cohort_use,
+            ledger.pool_use,
+        )
         preemption = self.snapshot.preemption.enabled
-        for pool in job.pools:
-            project_key = (project, pool, resource)
-            cohort_key = (department, pool, resource)
-            project_short = (
-                ledger.project_use.get(project_key, 0) + amount - ledger.maximum.get(project_key, 0)
-            )
-            cohort_short = (
-                ledger.cohort_use.get(cohort_key, 0)
-                + amount
-                - ledger.cohort_nominal.get(cohort_key, 0)
-            )
-            pool_short = (
-                ledger.pool_use.get((pool, resource), 0)
-                + amount
-                - ledger.capacity.get((pool, resource), 0)
-            )
+        priority = shape[5]
+        for check in self.checks[shape]:
+            project_short = project_use.get(check.project_key, 0) - check.allowed_project
+            cohort_short = cohort_use.get(check.cohort_key, 0) - check.allowed_cohort
+            pool_short = pool_use.get(check.pool_key, 0) - check.allowed_pool
             if pool_short >= cohort_short and pool_short >= project_short:
-                key, short = ("pool", pool, resource), pool_short
+                kind, key, allowed = 2, check.pool_key, check.allowed_pool
             elif cohort_short >= project_short:
-                key, short = ("cohort", department, pool, resource), cohort_short
+                kind, key, allowed = 1, check.cohort_key, check.allowed_cohort
             else:
-                key, short = ("project", *project_key), project_short
-            threshold = released.get(key, 0) + max(1, short)
-            heapq.heappush(self.wait_release.setdefault(key, []), (threshold, token, shape))
-            if preemption:
-                # Victims must cover the cohort's and the pool's shortfall at least.
-                needed = max(1, cohort_short, pool_short)
-                self.wait_start.setdefault((pool, resource, department), {})[shape] = needed
-                # Its project's own releases may bring it back within its guarantee, where it
-                # may reclaim what it lent.
-                own = ("project", *project_key)
-                above = (
-                    ledger.project_use.get(project_key, 0)
-                    + amount
-                    - ledger.guaranteed.get(project_key, 0)
-                )
-                if own != key or above < short:
-                    threshold = released.get(own, 0) + max(1, above)
-                    heapq.heappush(self.wait_release.setdefault(own, []), (threshold, token, shape))
+                kind, key, allowed = 0, check.project_key, check.allowed_project
+            groups = self.groups[kind].get(key)
+            if groups is None:
+                groups = self.groups[kind][key] = {}
+            waiting = groups.get(allowed)
+            if waiting is None:
+                waiting = groups[allowed] = []
+            heapq.heappush(waiting, (order, token, shape))
+            if not preemption:
+                continue
+            pool, resource, department = check.start_key
+            department_lower = self._lower_than(
+                (pool, resource, "department", department), priority
+            )
+            if department_lower <= 0:
+                # Nothing to evict: nothing changes that before a lower-priority start.
+                start_waits = self.wait_start.get(check.start_key)
+                if start_waits is None:
+                    start_waits = self.wait_start[check.start_key] = {}
+                start_waits[shape] = token
+                continue
+            own_lower = self._lower_than((pool, resource, "project", shape[0]), priority)
+            # What jobs of this priority or higher use (no eviction frees it) above the limits.
+            project_short -= own_lower
+            cohort_short -= department_lower
+            pool_short -= department_lower
+            if project_short > 0 or cohort_short > 0 or pool_short > 0:
+                if pool_short >= cohort_short and pool_short >= project_short:
+                    key, allowed = ("pool", pool, resource, department), check.allowed_pool
+                    by, index = 2, check.pool_key
+                elif cohort_short >= project_short:
+                    key, allowed = ("cohort", pool, resource, department), check.allowed_cohort
+                    by, index = 1, check.cohort_key
+                else:
+                    key, allowed = ("project", pool, resource, shape[0]), check.allowed_project
+                    by, index = 0, check.project_key
+                high_key = (*key, priority)
+                _push(self.wait_high, high_key, (-allowed, token, shape))
+                self.high_keys[by].setdefault(index, set()).add(high_key)
+            else:
+                self.wait_any.setdefault((pool, resource), []).append((token, shape))
 
-    def _wake(self, shape: tuple) -> None:
-        if self.sleeping.pop(shape, None) is not None and self.buckets.get(shape):
+    def _high_level(self, key: tuple) -> int:
+        """The use by jobs of at least the key's priority, on the key's constraint."""
+        kind, pool, resource, name, priority = key
+        ledger = self.ledger
+        if kind == "project":
+            use = ledger.project_use.get((name, pool, resource), 0)
+            return use - self._lower_than((pool, resource, "project", name), priority)
+        lower = self._lower_than((pool, resource, "department", name), priority)
+        if kind == "cohort":
+            return ledger.cohort_use.get((name, pool, resource), 0) - lower
+        return ledger.pool_use.get((pool, resource), 0) - lower
+
+    def _wake_any(self, pool: str, resource: str) -> None:
+        waiting = self.wait_any.pop((pool, resource), None)
+        for token, shape in waiting or ():
+            self._wake(shape, token)
+
+    def _wake(self, shape: tuple, token: int) -> None:
+        """Wake a shape for one of its registrations (``token``; older ones are stale)."""
+        if self.sleeping.get(shape) != token:
+            return
+        del self.sleeping[shape]
+        bucket = self.buckets.get(shape)
+        if bucket:
             self.awake.add(shape)
-            self.woken = True
+            if self.heads is not None:
+                heapq.heappush(self.heads, (bucket[0][0], 0, shape))
 
-    # passes of admissions at time `now`, until nothing new can be tried
+    def _put_forward(self, order: tuple, group: tuple) -> None:
+        # Once is enough: a group already put forward at this place or earlier gets its turn.
+        forwarded = self.forwarded.get(group)
+        if forwarded is not None and forwarded <= order:
+            return
+        self.forwarded[group] = order
+        if self.heads is not None:
+            heapq.heappush(self.heads, (order, 1, group))
+        else:
+            self.forward.append((order, 1, group))
+
+    def _group_turn(self, order: tuple, group: tuple) -> None:
+        """A group put forward reaches its place in the queue: wake its first shape if the
+        constraint still allows it (the shapes before it may have taken the room; then the
+        group waits for the next release)."""
+        if self.forwarded.get(group) == order:
+            del self.forwarded[group]
+        kind, key, allowed = group
+        waiting = self.groups[kind][key].get(allowed)
+        sleeping = self.sleeping
+        while waiting and sleeping.get(waiting[0][2]) != waiting[0][1]:
+            heapq.heappop(waiting)  # stale: the shape was woken by another registration
+        if not waiting:
+            return
+        if waiting[0][0] != order:
+            self._put_forward(waiting[0][0], group)  # its first shape changed
+            return
+        if self.uses[kind].get(key, 0) > allowed:
+            return
+        _, token, shape = heapq.heappop(waiting)
+        self._wake(shape, token)
+        if waiting:
+            self._put_forward(waiting[0][0], group)
+
+    def _first_fit(self, shape: tuple) -> str | None:
+        ledger = self.ledger
+        project_use, cohort_use, pool_use = (
+            ledger.project_use,
+            ledger.cohort_use,
+            ledger.pool_use,
+        )
+        for check in self.checks[shape]:
+            if (
+                project_use.get(check.project_key, 0) <= check.allowed_project
+                and cohort_use.get(check.cohort_key, 0) <= check.allowed_cohort
+                and pool_use.get(check.pool_key, 0) <= check.allowed_pool
+            ):
+                return check.pool
+        return None
+
+    # Admissions at time `now`: the queue's first job that can start does, and the search begins
+    # again at the top, until none can. The awake shapes are the only ones worth trying: the
+    # others would fail (see _sleep), and a shape woken by an admission (a new victim for it, a
+    # preemption that freed more than it took) joins the heap at its place in the queue.
     def _admit(self, now: float) -> None:
-        self.woken = True
-        while self.woken:
-            self.woken = False
-            self._admit_pass(now)
-
-    def _admit_pass(self, now: float) -> None:
-        heads = [(self.buckets[shape][0][0], shape) for shape in self.awake]
+        if self.reference:
+            self._admit_reference(now)
+            return
+        buckets = self.buckets
+        heads = [(buckets[shape][0][0], 0, shape) for shape in self.awake]
+        heads.extend(self.forward)
+        self.forward = []
         heapq.heapify(heads)
-        while heads:
-            _, shape = heapq.heappop(heads)
-            bucket = self.buckets[shape]
-            if not bucket or shape in self.sleeping:
-                continue
-            job = bucket[0][1]
-            pool = next((p for p in job.pools if self.ledger.fits(job, p)), None)
-            if pool is None and self.snapshot.preemption.enabled:
-                pool = self._preempt_for(job, now)
-            if pool is None:
-                # This shape waits; the others go on (BestEffortFIFO).
-                self._sleep(shape, job)
-                continue
-            heapq.heappop(bucket)
-            self._start(job, pool, now, job.duration(self.scenario))
-            if bucket:
-                heapq.heappush(heads, (bucket[0][0], shape))
+        self.heads = heads
+        preemption = self.snapshot.preemption.enabled
+        try:
+            while heads:
+                order, kind, item = heapq.heappop(heads)
+                if kind:
+                    self._group_turn(order, item)
+                    continue
+                shape = item
+                bucket = buckets[shape]
+                if not bucket or shape in self.sleeping or bucket[0][0] != order:
+                    continue  # a stale entry: its shape's head has changed or it sleeps
+                job = bucket[0][1]
+                pool = self._first_fit(shape)
+                if pool is None and preemption:
+                    pool = self._preempt_for(job, shape, now)
+                if pool is None:
+                    # This shape waits; the others go on (BestEffortFIFO).
+                    self._sleep(shape)
+                    continue
+                heapq.heappop(bucket)
+                self._start(job, pool, now, job.duration(self.scenario))
+                if bucket:
+                    heapq.heappush(heads, (bucket[0][0], 0, shape))
+                else:
+                    self.awake.discard(shape)
+        finally:
+            self.heads = None
+            self.forwarded.clear()
+
+    def _admit_reference(self, now: float) -> None:
+        """The same rule, plainly: scan every waiting shape in queue order, start the first job
+        that can start, scan again from the top."""
+        preemption = self.snapshot.preemption.enabled
+        while True:
+            heads = sorted(
+                (bucket[0][0], shape) for shape, bucket in self.buckets.items() if bucket
+            )
+            for _, shape in heads:
+                job = self.buckets[shape][0][1]
+                pool = self._first_fit(shape)
+                if pool is None and preemption:
+                    pool = self._preempt_for(job, shape, now)
+                if pool is not None:
+                    heapq.heappop(self.buckets[shape])
+                    self._start(job, pool, now, job.duration(self.scenario))
+                    break
             else:
-                self.awake.discard(shape)
+                return
 
     def _victims_in(self, job: SimJob, pool: str) -> list[SimJob]:
         """Candidates in Kueue's order: other projects first, lowest priority, newest start."""
@@ -394,9 +651,7 @@ class _Run:
         )
         threshold = self.snapshot.preemption.borrow_threshold
         found = []
-        for other, other_pool, _ in self.running.values():
-            if other_pool != pool or other.resource != job.resource:
-                continue
+        for other in self.running_in.get((pool, job.resource, job.department), {}).values():
             if other.priority >= job.priority:
                 continue
             if other.project != job.project:
@@ -415,45 +670,65 @@ class _Run:
         )
         return found
 
-    def _preempt_for(self, job: SimJob, now: float) -> str | None:
-        ledger = self.ledger
-        for pool in job.pools:
-            if not self._preemption_could_help(job, pool):
-                continue
-            candidates = self._victims_in(job, pool)
-            if not candidates:
-                continue
-            removed: list[tuple[SimJob, str]] = []
-            for victim in candidates:
-                if victim.project != job.project and not ledger.borrowing(
-                    victim.project, victim.department, pool, victim.resource
-                ):
-                    continue  # its project is back within its guarantee: not a reclaim target
-                ledger.add(victim, pool, -1)
-                removed.append((victim, pool))
-                if ledger.fits(job, pool):
-                    break
-            if not removed or not ledger.fits(job, pool):
-                for victim, victim_pool in removed:
-                    ledger.add(victim, victim_pool)
-                continue
-            # Put back, newest removal first, every victim that is not needed after all.
-            needed = [removed[-1][0]]
-            for victim, victim_pool in reversed(removed[:-1]):
-                ledger.add(victim, victim_pool)
-                if ledger.fits(job, pool):
-                    continue
-                ledger.add(victim, victim_pool, -1)
-                needed.append(victim)
-            for victim in needed:
-                ledger.add(victim, pool)  # restore, then stop it the regular way
-                self._stop(victim.key)
-                outcome = self.outcomes[victim.key]
-                outcome.preemptions += 1
-                outcome.start = outcome.end = outcome.pool = None
-                self._enqueue(victim)
-            return pool
+    def _preempt_for(self, job: SimJob, shape: tuple, now: float) -> str | None:
+        """Evict what the job needs in the first pool where that is enough; that pool."""
+        for check in self.checks[shape]:
+            if self._preemption_could_help(job, check) and self._preempt_in(job, check):
+                return check.pool
         return None
+
+    def _preempt_in(self, job: SimJob, check: _Check) -> bool:
+        candidates = self._victims_in(job, check.pool)
+        if not candidates:
+            return False
+        project_use, cohort_use, pool_use = self.uses
+        guaranteed = self.ledger.guaranteed
+        # Victims run in this pool and department: one cohort and pool key for all of them.
+        cohort_key, pool_key, project_key = check.cohort_key, check.pool_key, check.project_key
+
+        def fits() -> bool:
+            return (
+                project_use.get(project_key, 0) <= check.allowed_project
+                and cohort_use[cohort_key] <= check.allowed_cohort
+                and pool_use[pool_key] <= check.allowed_pool
+            )
+
+        def take(victim_key: tuple, amount: int) -> None:
+            project_use[victim_key] -= amount
+            cohort_use[cohort_key] -= amount
+            pool_use[pool_key] -= amount
+
+        removed: list[tuple[SimJob, tuple]] = []
+        for victim in candidates:
+            victim_key = self.job_keys[victim.key][1]
+            if victim.project != job.project and project_use[victim_key] <= guaranteed.get(
+                victim_key, 0
+            ):
+                continue  # its project is back within its guarantee: not a reclaim target
+            take(victim_key, victim.amount)
+            removed.append((victim, victim_key))
+            if fits():
+                break
+        if not removed or not fits():
+            for victim, victim_key in removed:
+                take(victim_key, -victim.amount)
+            return False
+        # Put back, newest removal first, every victim that is not needed after all.
+        needed = [removed[-1]]
+        for victim, victim_key in reversed(removed[:-1]):
+            take(victim_key, -victim.amount)
+            if fits():
+                continue
+            take(victim_key, victim.amount)
+            needed.append((victim, victim_key))
+        for victim, victim_key in needed:
+            take(victim_key, -victim.amount)  # restore, then stop it the regular way
+            self._stop(victim.key)
+            outcome = self.outcomes[victim.key]
+            outcome.preemptions += 1
+            outcome.start = outcome.end = outcome.pool = None
+            self._enqueue(victim)
+        return True
 
     def run(self, stop_when_started: Iterable[str] = ()) -> SimulationResult:
         snapshot = self.snapshot
@@ -465,12 +740,12 @@ class _Run:
                 pool = job.running_pool or next(
                     (p for p in job.pools if self.ledger.fits(job, p)), job.pools[0]
                 )
-                self.ledger.add(job, pool)
-                self._index(job, pool, 1)
+                keys = self._move(job, pool, 1)
                 end = job.started_at + job.duration(self.scenario)
                 # A running job past its expected end ends "any moment now".
                 end = max(end, now)
                 self.running[job.key] = (job, pool, end)
+                self.running_in.setdefault(keys[6], {})[job.key] = job
                 self.generation[job.key] = 1
                 heapq.heappush(self.ends, (end, 1, job.key))
                 outcome = self.outcomes[job.key]
@@ -514,13 +789,14 @@ def simulate(
     horizon_seconds: float = 24 * 3600,
     scenario: str = HIGH,
     stop_when_started: Iterable[str] = (),
+    _reference: bool = False,
 ) -> SimulationResult:
     """Every job's predicted start (None past the horizon) under one duration estimate.
 
     With ``stop_when_started`` the run ends as soon as those jobs have started (the forecast of
     one job needs no more).
     """
-    run = _Run(snapshot, scenario, snapshot.now + horizon_seconds)
+    run = _Run(snapshot, scenario, snapshot.now + horizon_seconds, reference=_reference)
     return run.run(stop_when_started)
 
 
@@ -595,6 +871,46 @@ def forecast(snapshot: Snapshot, probe: SimJob, *, horizon_seconds: float = 24 *
     ledger = _Ledger(with_probe)
     possible = any(ledger.ever_fits(probe, p) for p in probe.pools)
     return Forecast(low=low, high=high, horizon=horizon_seconds, possible=possible, pool=pool)
+
+
+def earliest_free_start(
+    snapshot: Snapshot, probe: SimJob, *, horizon_seconds: float = 24 * 3600
+) -> float | None:
+    """A later start window: seconds from now from which ``probe`` (its request), submitted
+    then, would start at once, with the queue as the conservative estimate drains it. None when
+    not within the horizon.
+
+    The candidate times are the expected ends of the other jobs; the first that works is found
+    by bisection (once the queue ahead has drained it stays drained, short of new submissions).
+    """
+    others = tuple(job for job in snapshot.jobs if job.key != probe.key)
+    base = replace(snapshot, jobs=others)
+    limit = snapshot.now + horizon_seconds
+    ends = simulate(base, horizon_seconds=horizon_seconds, scenario=HIGH).outcomes.values()
+    later = {o.end for o in ends if o.end is not None and snapshot.now < o.end <= limit}
+    candidates = [snapshot.now, *sorted(later)]
+
+    def starts_at_once(at: float) -> bool:
+        moved = replace(probe, submitted_at=at, eligible_at=at, started_at=None, running_pool=None)
+        result = simulate(
+            replace(base, jobs=(*others, moved)),
+            horizon_seconds=horizon_seconds,
+            scenario=HIGH,
+            stop_when_started=(probe.key,),
+        )
+        start = result.start(probe.key)
+        return start is not None and start - at <= NOW_SECONDS
+
+    low, high = 0, len(candidates) - 1
+    if not starts_at_once(candidates[high]):
+        return None
+    while low < high:
+        middle = (low + high) // 2
+        if starts_at_once(candidates[middle]):
+            high = middle
+        else:
+            low = middle + 1
+    return candidates[low] - snapshot.now
 
 
 def duration_text(seconds: float) -> str:

@@ -76,6 +76,7 @@ def job_planner_context(*, job: Job, user) -> dict[str, Any] | None:
         return {
             "forecast": result.forecast,
             "alternatives": [(a, a.submit_query(job)) for a in result.alternatives],
+            "later": result.later,
         }
     rightsizing = selectors.job_rightsizing(job)
     return {"rightsizing": rightsizing} if rightsizing else None

@@ -173,6 +173,24 @@ class TenantScopedViewSet(viewsets.GenericViewSet):
         return f"Your role in project '{project}' does not allow this action."
 
 
+class OwnerScopedViewSet(viewsets.GenericViewSet):
+    """Base for endpoints whose rows belong to one user, not to a project (their notification
+    settings and webhook endpoints). Each user reads and changes only their own rows: another
+    user's row is simply not found (404), as another tenant's. Query shaping goes in
+    `shape_queryset`, never in an override of `get_queryset`."""
+
+    owner_field: ClassVar[str] = "user"
+    permission_classes = [permissions.IsAuthenticated]
+    pagination_class = PortalPagination
+
+    def shape_queryset(self, queryset: QuerySet) -> QuerySet:
+        return queryset
+
+    def get_queryset(self) -> QuerySet:
+        queryset = self.shape_queryset(super().get_queryset())
+        return queryset.filter(**{self.owner_field: self.request.user})
+
+
 class ClusterReadOnlyViewSet(viewsets.ReadOnlyModelViewSet):
     """Base for cluster-wide catalogue data (GPU pools): every signed-in user reads, nobody
     writes through the API (admins use the admin console)."""

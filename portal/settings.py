@@ -242,6 +242,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RoleEnum": "tenants.models.Role",
         "GangBackendEnum": "tenants.models.GangBackend",
+        "SchedulerEnum": "quotas.models.PoolScheduler",
         "JobStateEnum": "jobs.states.JobState",
         "PriorityEnum": "quotas.models.PriorityName",
         "JobKindEnum": "jobs.models.JobKind",
@@ -367,6 +368,8 @@ PORTAL_KUBE_HOST = env.str("PORTAL_KUBE_HOST", default="")
 # Client-side pacing of Kubernetes API calls, per worker process (token bucket; 0 = off).
 PORTAL_KUBE_QPS = env.float("PORTAL_KUBE_QPS", default=20.0)
 PORTAL_KUBE_BURST = env.int("PORTAL_KUBE_BURST", default=40)
+# Server-side applies in flight per job-array pass (jobs.arrays.reconcile), still paced by QPS.
+PORTAL_ARRAY_APPLY_CONCURRENCY = env.int("PORTAL_ARRAY_APPLY_CONCURRENCY", default=8)
 # Items per LIST page (limit/continue): the resync and sweep stream lists in pages of this size.
 PORTAL_KUBE_LIST_PAGE_SIZE = env.int("PORTAL_KUBE_LIST_PAGE_SIZE", default=500)
 # Lists (jobs) count exactly up to this many rows; above it they show the planner's estimate.

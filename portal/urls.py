@@ -18,6 +18,7 @@ urlpatterns = [
     path("", include("governance.urls")),
     path("planner/", include("planner.urls")),
     path("workspaces/", include("workspaces.urls")),
+    path("notifications/", include("notifications.urls")),
     path("cluster/", ClusterView.as_view(), name="cluster"),
     path("overview/", OverviewView.as_view(), name="overview"),
     path("accounts/login/", sso_views.LoginView.as_view(), name="login"),

@@ -74,12 +74,23 @@ class GpuPoolForm(forms.ModelForm):
             "default_memory",
             "max_shm_size",
             "max_termination_grace_seconds",
+            "scheduler",
+            "kai_fractions_allowed",
+            "kai_fraction_step",
+            "gpu_memory_mib",
+            "kai_over_quota_weight",
         )
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         # Issue 12's pod limits: left empty, a pool keeps (or gets) the model's default.
-        for name in ("max_shm_size", "max_termination_grace_seconds"):
+        for name in (
+            "max_shm_size",
+            "max_termination_grace_seconds",
+            "scheduler",
+            "kai_fraction_step",
+            "kai_over_quota_weight",
+        ):
             self.fields[name].required = False
 
     def _limit_or_default(self, name: str):
@@ -94,6 +105,16 @@ class GpuPoolForm(forms.ModelForm):
 
     def clean_max_termination_grace_seconds(self):
         return self._limit_or_default("max_termination_grace_seconds")
+
+    # Issue 25: left empty, a pool keeps its scheduler and KAI settings (new pools: Kueue).
+    def clean_scheduler(self):
+        return self._limit_or_default("scheduler")
+
+    def clean_kai_fraction_step(self):
+        return self._limit_or_default("kai_fraction_step")
+
+    def clean_kai_over_quota_weight(self):
+        return self._limit_or_default("kai_over_quota_weight")
 
     def _post_clean(self) -> None:
         super()._post_clean()  # the model's own checks (and normalisation)
@@ -129,6 +150,7 @@ def save_project_quota(actor, obj: ProjectQuota) -> ProjectQuota:
         resource=obj.resource,
         nominal=obj.nominal,
         borrowing_limit=obj.borrowing_limit,
+        over_quota_weight=obj.over_quota_weight,
     )
 
 
@@ -207,6 +229,18 @@ class GpuPoolAdmin(QuotaSyncOnChangeAdminMixin, ServiceModelAdmin):
         ("MIG", {"fields": ("mig_profiles",)}),
         ("Pod defaults", {"fields": ("default_cpu", "default_memory")}),
         ("Pod limits", {"fields": ("max_shm_size", "max_termination_grace_seconds")}),
+        (
+            "Scheduler and GPU fractions",
+            {
+                "fields": (
+                    "scheduler",
+                    "kai_over_quota_weight",
+                    "kai_fractions_allowed",
+                    "kai_fraction_step",
+                    "gpu_memory_mib",
+                )
+            },
+        ),
     )
 
     def get_readonly_fields(self, request, obj=None):
@@ -336,7 +370,7 @@ def _department_cap_subquery():
 class ProjectQuotaForm(forms.ModelForm):
     class Meta:
         model = ProjectQuota
-        fields = ("project", "pool", "resource", "nominal", "borrowing_limit")
+        fields = ("project", "pool", "resource", "nominal", "borrowing_limit", "over_quota_weight")
         help_texts = {
             "resource": "'gpu' for whole GPUs, or one of the pool's MIG profiles (e.g. 1g.10gb).",
             "borrowing_limit": (

@@ -23,6 +23,27 @@ class GpuPoolSerializer(serializers.ModelSerializer):
         help_text="Whole GPUs admitted to jobs now (from the queues' status)."
     )
     free_gpus = serializers.SerializerMethodField(help_text="capacity_gpus − gpus_in_use.")
+    scheduler = serializers.CharField(
+        read_only=True, help_text="Which scheduler runs the pool's jobs: kueue, volcano or kai."
+    )
+    fractions_allowed = serializers.BooleanField(
+        source="allows_fractions",
+        read_only=True,
+        help_text="Whether jobs may ask for a fraction of a GPU (gpu_fraction, gpu_memory).",
+    )
+    fraction_step = serializers.DecimalField(
+        source="kai_fraction_step",
+        max_digits=3,
+        decimal_places=2,
+        read_only=True,
+        help_text="A gpu_fraction must be a multiple of this.",
+    )
+    gpu_memory_mib = serializers.IntegerField(
+        source="gpu_memory",
+        read_only=True,
+        allow_null=True,
+        help_text="Memory of one GPU in MiB: the most a gpu_memory request may ask.",
+    )
 
     class Meta:
         model = GpuPool
@@ -39,6 +60,10 @@ class GpuPoolSerializer(serializers.ModelSerializer):
             "capacity_gpus",
             "gpus_in_use",
             "free_gpus",
+            "scheduler",
+            "fractions_allowed",
+            "fraction_step",
+            "gpu_memory_mib",
         ]
         read_only_fields = fields
 

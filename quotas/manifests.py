@@ -9,12 +9,15 @@ WorkloadPriorityClass and a scheduling.k8s.io PriorityClass. Every object carrie
 label and an owner-kind label, so a sync can list exactly what the portal owns and delete what is
 no longer desired.
 
+A pool whose scheduler is KAI (issue 25) gets none of the Kueue and Volcano objects: per pool a
+KAI department Queue and under it (parentQueue) a project Queue per project with quota there.
+
 Amounts come in already computed (guaranteed and maximum per project, pool and resource) by
 quotas.arithmetic; a department's amounts come from quotas.arithmetic.department_usable.
 """
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -29,6 +32,9 @@ GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedu
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 VOLCANO_QUEUE_API = "scheduling.volcano.sh/v1beta1"
+KAI_QUEUE_API = "scheduling.run.ai/v2"
+KAI_NODE_POOL_LABEL = "kai.scheduler/node-pool"
+KAI = "kai"  # GpuPool.scheduler of a KAI pool
 NETWORKING_API = "networking.k8s.io/v1"
 RBAC_API = "rbac.authorization.k8s.io/v1"
 NETWORK_POLICY_NAME = "gp-tenant-isolation"
@@ -47,6 +53,16 @@ def cohort_name(department_slug: str) -> str:
 def volcano_department_queue_name(department_slug: str, pool_slug: str) -> str:
     """The department's Volcano queue for one pool ('.' cannot occur in a slug: unambiguous)."""
     return f"gp-dept-{department_slug}.{pool_slug}"
+
+
+def kai_department_queue_name(department_slug: str, pool_slug: str) -> str:
+    """The department's KAI queue for one pool (the parent of its projects' queues there)."""
+    return f"gp-dept-{department_slug}.{pool_slug}"
+
+
+def kai_project_queue_name(project_slug: str, pool_slug: str) -> str:
+    """The project's KAI leaf queue for one pool: the queue label of its jobs there."""
+    return f"gp-{project_slug}.{pool_slug}"
 
 
 def cluster_queue_name(project_slug: str) -> str:
@@ -88,6 +104,8 @@ class PoolSpec:
     total_gpus: int
     default_cpu: str
     default_memory: str
+    scheduler: str = "kueue"  # kueue | volcano | kai
+    over_quota_weight: int = 1  # KAI: the project queues' overQuotaWeight unless a quota says
 
 
 @dataclass(frozen=True)
@@ -96,6 +114,7 @@ class QuotaAmount:
     resource: str  # "gpu" or a MIG profile
     guaranteed: int
     maximum: int | None  # None = may borrow without limit
+    over_quota_weight: int | None = None  # KAI pools; None = the pool's
 
 
 @dataclass(frozen=True)
@@ -600,6 +619,116 @@ def volcano_department_queues(
     return queues
 
 
+# --- KAI Scheduler -------------------------------------------------------------------------------
+# Like Volcano, KAI queues know resources, not pools: one leaf queue per (project, KAI pool) under
+# one parent per (department, KAI pool), and a KAI job names the leaf of its one pool. The GPU
+# numbers come from quotas.arithmetic as for Volcano: quota = the guarantee, limit = the most the
+# project may ever use there (never above the department's); the department queue is guaranteed
+# its projects' sum and has no limit (see kai_department_queues). CPU and memory are not rationed by
+# the portal: -1 on every level, since KAI reads an absent or 0 limit as "nothing allowed".
+# MIG quotas have no KAI resource name: a KAI pool's queues carry whole-GPU quota only.
+
+
+def _kai_resources(gpu_quota: float, gpu_limit: float, weight: int) -> dict[str, Any]:
+    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+    return {
+        "cpu": dict(unlimited),
+        "memory": dict(unlimited),
+        "gpu": {"quota": gpu_quota, "limit": gpu_limit, "overQuotaWeight": weight},
+    }
+
+
+def _kai_queue(
+    name: str, labels: dict[str, str], pool: PoolSpec, spec: dict[str, Any]
+) -> dict[str, Any]:
+    # KAI shards nodes, queues and PodGroups by this label: a pool selected by it must have its
+    # queues in the same shard.
+    shard = pool.node_labels.get(KAI_NODE_POOL_LABEL)
+    if shard:
+        labels = {**labels, KAI_NODE_POOL_LABEL: shard}
+    return {
+        "apiVersion": KAI_QUEUE_API,
+        "kind": "Queue",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    }
+
+
+def kai_pools(pools: tuple[PoolSpec, ...]) -> list[PoolSpec]:
+    return [p for p in sorted(pools, key=lambda p: p.slug) if p.scheduler == KAI]
+
+
+def kai_department_queues(
+    department: DepartmentSpec, projects: tuple[ProjectSpec, ...], pools: tuple[PoolSpec, ...]
+) -> list[dict[str, Any]]:
+    """One parent queue per KAI pool the department's projects have quota in."""
+    amounts = _department_amounts(department.slug, projects)
+    queues = []
+    for pool in kai_pools(pools):
+        if not any(pool_slug == pool.slug for pool_slug, _ in amounts):
+            continue
+        gpu = amounts.get((pool.slug, FULL_GPU))
+        quota = gpu.guaranteed if gpu else 0
+        queues.append(
+            _kai_queue(
+                kai_department_queue_name(department.slug, pool.slug),
+                _labels("department", **{L.DEPARTMENT_KEY: department.slug, L.POOL_KEY: pool.slug}),
+                pool,
+                {
+                    "displayName": f"department {department.slug}",
+                    # No limit of its own: KAI checks a parent's limit before it reclaims, so a
+                    # limit at the department's sum would keep a project from taking back what
+                    # another project of the department borrowed. Each project's limit (never
+                    # above the department's sum) is the cap.
+                    "resources": _kai_resources(quota, -1, 1),
+                },
+            )
+        )
+    return queues
+
+
+def kai_project_queues(
+    project: ProjectSpec, pools: tuple[PoolSpec, ...], projects: tuple[ProjectSpec, ...] = ()
+) -> list[dict[str, Any]]:
+    """One leaf queue per KAI pool the project has quota in."""
+    department = _department_amounts(project.department_slug, projects or (project,))
+    used = {q.pool_slug for q in project.quotas}
+    queues = []
+    for pool in kai_pools(pools):
+        if pool.slug not in used:
+            continue
+        gpu = next(
+            (q for q in project.quotas if q.pool_slug == pool.slug and q.resource == FULL_GPU),
+            None,
+        )
+        quota, limit, weight = 0, 0, pool.over_quota_weight
+        if gpu is not None:
+            ceiling = department[(pool.slug, FULL_GPU)].maximum
+            maximum = ceiling if gpu.maximum is None else min(gpu.maximum, ceiling)
+            quota, limit = gpu.guaranteed, max(maximum, gpu.guaranteed)
+            weight = gpu.over_quota_weight or pool.over_quota_weight
+        queues.append(
+            _kai_queue(
+                kai_project_queue_name(project.slug, pool.slug),
+                {**_project_labels(project), L.POOL_KEY: pool.slug},
+                pool,
+                {
+                    "displayName": project.slug,
+                    "parentQueue": kai_department_queue_name(project.department_slug, pool.slug),
+                    "resources": _kai_resources(quota, limit, weight),
+                },
+            )
+        )
+    return queues
+
+
+def _outside_pools(project: ProjectSpec, excluded: set[str]) -> ProjectSpec:
+    """The project with its quotas in the excluded pools left out."""
+    if not excluded:
+        return project
+    return replace(project, quotas=tuple(q for q in project.quotas if q.pool_slug not in excluded))
+
+
 def resource_quota(project: ProjectSpec, pools: tuple[PoolSpec, ...]) -> dict[str, Any]:
     """A hard cap on GPU requests in the namespace at the project's maximum usable amount."""
     maxima = _sum_by_resource(project.quotas, "maximum")
@@ -627,24 +756,32 @@ def resource_quota(project: ProjectSpec, pools: tuple[PoolSpec, ...]) -> dict[st
 def desired_quota_objects(model: QuotaModel) -> list[dict[str, Any]]:
     """Every object the quota model asks for, in an order that applies cleanly (parents first)."""
     objects: list[dict[str, Any]] = []
-    objects += [resource_flavor(p) for p in sorted(model.pools, key=lambda p: p.slug)]
+    # KAI pools are left out of the Kueue and Volcano objects: their jobs go to KAI alone.
+    kai_slugs = {p.slug for p in kai_pools(model.pools)}
+    other_pools = tuple(p for p in model.pools if p.slug not in kai_slugs)
+    other_projects = tuple(_outside_pools(p, kai_slugs) for p in model.projects)
+    objects += [resource_flavor(p) for p in sorted(other_pools, key=lambda p: p.slug)]
     for priority in sorted(model.priorities, key=lambda p: p.name):
         objects += [workload_priority_class(priority), pod_priority_class(priority)]
     departments = sorted(model.departments, key=lambda d: d.slug)
     objects += [cohort(d) for d in departments]
     for department in departments:
-        objects += volcano_department_queues(department, model.projects, model.pools)
+        objects += volcano_department_queues(department, other_projects, other_pools)
+        objects += kai_department_queues(department, model.projects, model.pools)
     access = model.tenant
+    by_slug = {p.slug: p for p in other_projects}
     for project in sorted(model.projects, key=lambda p: p.slug):
         objects.append(namespace(project))
         if access.role:  # before anything the portal writes into the namespace
             objects.append(tenant_role_binding(project, access))
         if access.network_policy:
             objects.append(network_policy(project, access.portal_namespace))
+        kueue_view = by_slug[project.slug]
         objects += [
-            cluster_queue(project, model.pools, model.priorities),
+            cluster_queue(kueue_view, other_pools, model.priorities),
             local_queue(project),
-            *volcano_project_queues(project, model.pools, model.projects),
+            *volcano_project_queues(kueue_view, other_pools, other_projects),
+            *kai_project_queues(project, model.pools, model.projects),
             resource_quota(project, model.pools),
         ]
     return objects
@@ -661,6 +798,7 @@ QUOTA_KINDS: tuple[tuple[str, str], ...] = (
     (KUEUE_API, "ClusterQueue"),
     (KUEUE_API, "LocalQueue"),
     (VOLCANO_QUEUE_API, "Queue"),
+    (KAI_QUEUE_API, "Queue"),
     ("v1", "ResourceQuota"),
 )
 ROLE_BINDING_KIND = (RBAC_API, "RoleBinding")

@@ -6,9 +6,10 @@ numbers are computed in quotas.arithmetic and the MIG profile table lives in quo
 """
 
 import re
+from decimal import Decimal
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
 from quotas import arithmetic, mig
@@ -81,6 +82,28 @@ def validate_profile_list(value: object) -> None:
         raise ValidationError(f"MIG profiles listed twice: {', '.join(duplicates)}.")
 
 
+class PoolScheduler(models.TextChoices):
+    """Which scheduler runs a pool's jobs (issue 25). Kueue: single, MIG and gang jobs (a gang
+    may ask for Volcano); Volcano: gangs go to Volcano unless they ask for Kueue; KAI: every job
+    of the pool goes to KAI Scheduler, and only there may a job ask for a fraction of a GPU."""
+
+    KUEUE = "kueue", "Kueue"
+    VOLCANO = "volcano", "Volcano"
+    KAI = "kai", "KAI Scheduler"
+
+
+# KAI's gpu-fraction must be 0 < f < 1; the portal offers multiples of the pool's step.
+FRACTION_STEP_MIN = Decimal("0.05")
+FRACTION_STEP_MAX = Decimal("0.5")
+
+
+def gpu_memory_from_model(gpu_model: str) -> int | None:
+    """MiB of one GPU guessed from the model name ('…-80GB…' → 80,000 MiB): a little below what
+    GPU Feature Discovery reports (81,559 for an H100 80GB), so a request it allows fits."""
+    match = re.search(r"(\d+)GB?(?![A-Z0-9])", gpu_model.upper())
+    return int(match.group(1)) * 1000 if match else None
+
+
 class GpuPool(models.Model):
     """A class of identical GPU nodes, selected by node labels (a Kueue ResourceFlavor)."""
 
@@ -126,6 +149,41 @@ class GpuPool(models.Model):
         default=600,
         help_text="Longest grace period (seconds between SIGTERM and the kill) a job may ask for.",
     )
+    # Issue 25: the pool's scheduler and KAI's GPU fractions. Kept apart from the GPU sharing
+    # modes (time-slicing, MPS, DRA) a pool may also have.
+    scheduler = models.CharField(
+        max_length=16,
+        choices=PoolScheduler.choices,
+        default=PoolScheduler.KUEUE,
+        help_text=(
+            "Which scheduler runs this pool's jobs. Cannot change while jobs of the pool are "
+            "active."
+        ),
+    )
+    kai_fractions_allowed = models.BooleanField(
+        default=False,
+        help_text="KAI pools only: jobs may ask for a fraction of one GPU (gpu_fraction or "
+        "gpu_memory). Fractions share a GPU without memory isolation.",
+    )
+    kai_fraction_step = models.DecimalField(
+        max_digits=3,
+        decimal_places=2,
+        default=Decimal("0.25"),
+        validators=[MinValueValidator(FRACTION_STEP_MIN), MaxValueValidator(FRACTION_STEP_MAX)],
+        help_text="A gpu_fraction must be a multiple of this step (0.05 to 0.5), e.g. 0.25.",
+    )
+    gpu_memory_mib = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Memory of one GPU in MiB (the nvidia.com/gpu.memory node label); empty: "
+        "taken from the model name. The most a gpu_memory request may ask.",
+    )
+    kai_over_quota_weight = models.PositiveIntegerField(
+        default=1,
+        validators=[MinValueValidator(1)],
+        help_text="KAI pools: each project queue's overQuotaWeight, its share of idle GPUs "
+        "(equal for all projects of the pool by default; a project quota may set its own).",
+    )
 
     class Meta:
         ordering = ["slug"]
@@ -136,6 +194,15 @@ class GpuPool(models.Model):
     @property
     def total_gpus(self) -> int:
         return self.node_count * self.gpus_per_node
+
+    @property
+    def gpu_memory(self) -> int | None:
+        """MiB of one GPU: the admin's figure, else the model name's."""
+        return self.gpu_memory_mib or gpu_memory_from_model(self.gpu_model)
+
+    @property
+    def allows_fractions(self) -> bool:
+        return self.scheduler == PoolScheduler.KAI and self.kai_fractions_allowed
 
     @property
     def resources(self) -> list[str]:
@@ -178,6 +245,15 @@ class GpuPool(models.Model):
                     except ValueError as exc:
                         errors.setdefault("mig_profiles", []).append(str(exc))
                         break
+        if self.kai_fractions_allowed and self.scheduler != PoolScheduler.KAI:
+            errors.setdefault("kai_fractions_allowed", []).append(
+                "Only a KAI pool can offer GPU fractions; choose the KAI scheduler first."
+            )
+        step = self.kai_fraction_step
+        if step is not None and isinstance(step, Decimal) and step > 0 and (1 / step) % 1:
+            errors.setdefault("kai_fraction_step", []).append(
+                f"{step} does not divide a GPU evenly; choose e.g. 0.1, 0.2, 0.25 or 0.5."
+            )
         if errors:
             raise ValidationError(errors)
         if profiles_ok:
@@ -196,6 +272,13 @@ class ProjectQuota(models.Model):
     nominal = models.PositiveIntegerField(help_text="Guaranteed amount.")
     borrowing_limit = models.PositiveIntegerField(
         null=True, blank=True, help_text="How much more it may borrow from its cohort; empty = any."
+    )
+    # Issue 25 (KAI pools): the project queue's overQuotaWeight; empty = the pool's.
+    over_quota_weight = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="KAI pools: share of idle GPUs relative to other projects; empty = the pool's.",
     )
 
     class Meta:

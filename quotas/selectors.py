@@ -24,6 +24,7 @@ class QuotaRow:
     nominal: int
     borrowing_limit: int | None
     maximum: int
+    over_quota_weight: int | None = None  # KAI pools; None = the pool's
 
 
 def quota_rows_for_projects(*, projects: Iterable[Project]) -> dict[int, list[QuotaRow]]:
@@ -75,6 +76,7 @@ def quota_rows_for_projects(*, projects: Iterable[Project]) -> dict[int, list[Qu
                 nominal=quota.nominal,
                 borrowing_limit=quota.borrowing_limit,
                 maximum=amount.maximum,
+                over_quota_weight=quota.over_quota_weight,
             )
         )
     for project_rows in rows.values():

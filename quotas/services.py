@@ -18,9 +18,10 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 
+from audit.services import created, diff, record, removed, snapshot
 from quotas import arithmetic
 from quotas.models import (
     FULL_GPU,
@@ -47,12 +48,40 @@ POOL_FIELDS = (
     "default_memory",
     "max_shm_size",
     "max_termination_grace_seconds",
+    "scheduler",
+    "kai_fractions_allowed",
+    "kai_fraction_step",
+    "gpu_memory_mib",
+    "kai_over_quota_weight",
 )
 
 
 def _raise(errors: Mapping[str, list[str]]) -> None:
     if errors:
         raise ValidationError(dict(errors))
+
+
+def scheduler_change_error(pool: GpuPool, scheduler: str) -> str | None:
+    """Why ``pool`` cannot move to ``scheduler`` now: its active jobs were submitted to the old
+    scheduler's objects, which the quota sync would remove under them."""
+    from jobs.models import Job
+
+    if not pool.pk:
+        return None
+    current = GpuPool.objects.filter(pk=pool.pk).values_list("scheduler", flat=True).first()
+    if current is None or current == scheduler:
+        return None
+    active = (
+        Job.objects.active()
+        .filter(Q(pool_id=pool.pk) | Q(eligible_pools__contains=[pool.slug]))
+        .count()
+    )
+    if not active:
+        return None
+    return (
+        f"Pool {pool.slug} has {active} active job{'s' if active != 1 else ''} on its current "
+        f"scheduler ({current}); change the scheduler once they have finished or been cancelled."
+    )
 
 
 def pool_conflicts(pool: GpuPool) -> dict[str, list[str]]:
@@ -176,8 +205,10 @@ def pool_create(
     default_memory: str = "64Gi",
     max_shm_size: str = "64Gi",
     max_termination_grace_seconds: int = 600,
+    **kai: Any,
 ) -> GpuPool:
-    """Create a pool; empty node_labels select its nodes by the GFD product label."""
+    """Create a pool; empty node_labels select its nodes by the GFD product label. ``kai``:
+    scheduler, kai_fractions_allowed, kai_fraction_step, gpu_memory_mib, kai_over_quota_weight."""
     _require_staff(actor, "create GPU pools")
     pool = GpuPool(
         slug=slug,
@@ -192,9 +223,20 @@ def pool_create(
         max_shm_size=max_shm_size,
         max_termination_grace_seconds=max_termination_grace_seconds,
     )
+    unknown = sorted(set(kai) - set(POOL_FIELDS))
+    if unknown:
+        raise TypeError(f"pool_create does not take {', '.join(unknown)}")
+    for name, value in kai.items():
+        setattr(pool, name, value)
     pool.full_clean()
     _raise(pool_conflicts(pool))
     pool.save()
+    record(
+        "pool.create",
+        actor=actor,
+        target=pool,
+        changes=created(snapshot(pool, list(POOL_FIELDS))),
+    )
     audit.info("pool_create actor=%s pool=%s model=%s", _actor_name(actor), slug, pool.gpu_model)
     return pool
 
@@ -207,11 +249,19 @@ def pool_update(*, actor: Any, pool: GpuPool, **changes: Any) -> GpuPool:
     if unknown:
         raise TypeError(f"pool_update cannot change {', '.join(unknown)}")
     pool = GpuPool.objects.select_for_update().get(pk=pool.pk)
+    before = snapshot(pool, list(changes))
+    if "scheduler" in changes:
+        error = scheduler_change_error(pool, changes["scheduler"])
+        if error:
+            raise ValidationError({"scheduler": [error]})
     for name, value in changes.items():
         setattr(pool, name, value)
     pool.full_clean()
     _raise(pool_conflicts(pool))
     pool.save()
+    record(
+        "pool.change", actor=actor, target=pool, changes=diff(before, snapshot(pool, list(changes)))
+    )
     audit.info("pool_update actor=%s pool=%s fields=%s", _actor_name(actor), pool.slug, changes)
     return pool
 
@@ -234,8 +284,10 @@ def quota_set(
     resource: str = FULL_GPU,
     nominal: int,
     borrowing_limit: int | None = None,
+    over_quota_weight: int | None = None,
 ) -> ProjectQuota:
-    """Create or change a project's quota for one resource in one pool."""
+    """Create or change a project's quota for one resource in one pool (over_quota_weight: KAI
+    pools only, None = the pool's weight)."""
     _require_staff(actor, "set quotas")
     _lock_department_cap(department_id=project.department_id, pool=pool, resource=resource)
     quota = (
@@ -243,11 +295,25 @@ def quota_set(
         .filter(project=project, pool=pool, resource=resource)
         .first()
     ) or ProjectQuota(project=project, pool=pool, resource=resource)
+    before = (
+        snapshot(quota, ["nominal", "borrowing_limit", "over_quota_weight"])
+        if quota.pk
+        else {"nominal": None, "borrowing_limit": None, "over_quota_weight": None}
+    )
     quota.nominal = nominal
     quota.borrowing_limit = borrowing_limit
+    quota.over_quota_weight = over_quota_weight
     quota.full_clean()
     _raise(project_quota_conflicts(quota))
     quota.save()
+    record(
+        "quota.create" if before["nominal"] is None else "quota.change",
+        actor=actor,
+        target=quota,
+        project=project,
+        changes=diff(before, snapshot(quota, ["nominal", "borrowing_limit", "over_quota_weight"])),
+        detail=f"pool {pool.slug}, {resource}",
+    )
     audit.info(
         "quota_set actor=%s project=%s pool=%s resource=%s nominal=%s borrowing_limit=%s",
         _actor_name(actor),
@@ -264,8 +330,21 @@ def quota_set(
 def quota_delete(*, actor: Any, project: Project, pool: GpuPool, resource: str = FULL_GPU) -> bool:
     """Remove a project's quota; True when there was one."""
     _require_staff(actor, "delete quotas")
-    deleted, _ = ProjectQuota.objects.filter(project=project, pool=pool, resource=resource).delete()
+    quota = ProjectQuota.objects.filter(project=project, pool=pool, resource=resource).first()
+    deleted = 0
+    if quota is not None:
+        target = (quota._meta.label_lower, quota.pk, str(quota))
+        old = snapshot(quota, ["nominal", "borrowing_limit"])
+        deleted, _ = ProjectQuota.objects.filter(pk=quota.pk).delete()
     if deleted:
+        record(
+            "quota.delete",
+            actor=actor,
+            target=target,
+            project=project,
+            changes=removed(old),
+            detail=f"pool {pool.slug}, {resource}",
+        )
         audit.info(
             "quota_delete actor=%s project=%s pool=%s resource=%s",
             _actor_name(actor),
@@ -287,10 +366,18 @@ def department_quota_set(
         .filter(department=department, pool=pool, resource=resource)
         .first()
     ) or DepartmentQuota(department=department, pool=pool, resource=resource)
+    before = {"limit": cap.limit if cap.pk else None}
     cap.limit = limit
     cap.full_clean()
     _raise(department_quota_conflicts(cap))
     cap.save()
+    record(
+        "department_quota.create" if before["limit"] is None else "department_quota.change",
+        actor=actor,
+        target=cap,
+        changes=diff(before, {"limit": limit}),
+        detail=f"department {department.slug}, pool {pool.slug}, {resource}",
+    )
     audit.info(
         "department_quota_set actor=%s department=%s pool=%s resource=%s limit=%s",
         _actor_name(actor),
@@ -308,10 +395,16 @@ def department_quota_delete(
 ) -> bool:
     """Remove a department's cap; True when there was one."""
     _require_staff(actor, "delete department quotas")
-    deleted, _ = DepartmentQuota.objects.filter(
-        department=department, pool=pool, resource=resource
-    ).delete()
+    caps = DepartmentQuota.objects.filter(department=department, pool=pool, resource=resource)
+    old = caps.values_list("limit", flat=True).first()
+    deleted, _ = caps.delete()
     if deleted:
+        record(
+            "department_quota.delete",
+            actor=actor,
+            target=("quotas.departmentquota", "", f"{department.slug}/{pool.slug}/{resource}"),
+            changes=removed({"limit": old}),
+        )
         audit.info(
             "department_quota_delete actor=%s department=%s pool=%s resource=%s",
             _actor_name(actor),
@@ -327,7 +420,9 @@ def pool_delete(*, actor: Any, pool: GpuPool) -> None:
     """Remove a pool with its quotas and caps (the next quota sync removes its flavor)."""
     _require_staff(actor, "delete GPU pools")
     slug = pool.slug
+    target = ("quotas.gpupool", pool.pk, str(pool))
     GpuPool.objects.filter(pk=pool.pk).delete()
+    record("pool.delete", actor=actor, target=target, detail=f"pool {slug} and its quotas")
     audit.info("pool_delete actor=%s pool=%s", _actor_name(actor), slug)
 
 
@@ -342,10 +437,17 @@ def priority_class_update(*, actor: Any, priority: PriorityClass, **changes: Any
     if unknown:
         raise TypeError(f"priority_class_update cannot change {', '.join(unknown)}")
     priority = PriorityClass.objects.select_for_update().get(pk=priority.pk)
+    before = snapshot(priority, list(changes))
     for name, value in changes.items():
         setattr(priority, name, value)
     priority.full_clean()
     priority.save()
+    record(
+        "priority_class.change",
+        actor=actor,
+        target=priority,
+        changes=diff(before, snapshot(priority, list(changes))),
+    )
     audit.info(
         "priority_class_update actor=%s priority=%s fields=%s",
         _actor_name(actor),

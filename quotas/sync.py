@@ -90,6 +90,8 @@ def quota_model() -> qm.QuotaModel:
             total_gpus=p.total_gpus,
             default_cpu=p.default_cpu,
             default_memory=p.default_memory,
+            scheduler=p.scheduler,
+            over_quota_weight=p.kai_over_quota_weight,
         )
         for p in GpuPool.objects.order_by("slug")
     )
@@ -108,6 +110,7 @@ def quota_model() -> qm.QuotaModel:
                         resource=r.resource,
                         guaranteed=r.nominal,
                         maximum=r.maximum,
+                        over_quota_weight=r.over_quota_weight,
                     )
                     for r in rows[p.pk]
                 ),
@@ -190,6 +193,8 @@ def _owner_kind(obj: dict[str, Any]) -> str:
 def _owned_objects(access: qm.TenantAccess) -> dict[tuple[str, str, str, str], dict[str, Any]]:
     owned = {}
     for api_version, kind in qm.owned_kinds(access):
+        if api_version == qm.KAI_QUEUE_API and kube.api_resources(api_version) is None:
+            continue  # KAI is not installed: there is nothing of it to own (its applies fail)
         for obj in kube.list_owned(api_version, kind):
             # Only quota-kind owners: job objects are never the quota sync's business.
             if _owner_kind(obj) in _DELETE_ORDER:
@@ -346,6 +351,7 @@ def _sync(
     report = SyncReport()
     owned = _owned_objects(model.tenant)
     retry: RetryableKubeError | None = None
+    rejected_kai: list[str] = []
     for obj in desired:
         key = _key(obj)
         try:
@@ -367,6 +373,8 @@ def _sync(
             report.errors.append(f"{key[1]} {key[3]}: {exc.message}")
         except KubeError as exc:
             report.errors.append(f"{key[1]} {key[3]}: {exc.message}")
+            if key[0] == qm.KAI_QUEUE_API:
+                rejected_kai.append(key[3])
     desired_keys = {_key(o) for o in desired}
     stale = [o for k, o in owned.items() if k not in desired_keys]
 
@@ -400,6 +408,15 @@ def _sync(
         if o["kind"] != "Namespace" and (o["metadata"].get("namespace") or "") not in orphans
     ]
     candidates.sort(key=lambda o: _DELETE_ORDER.get(_owner_kind(o), 9))
+    if rejected_kai:
+        # KAI's queues are a tree: with part of the new one refused, deleting old queues could
+        # strand their children or their jobs. Keep every KAI Queue until the model is accepted.
+        kept = [o for o in candidates if o["apiVersion"] == qm.KAI_QUEUE_API]
+        candidates = [o for o in candidates if o["apiVersion"] != qm.KAI_QUEUE_API]
+        report.errors.append(
+            f"KAI Queue(s) {', '.join(rejected_kai)} rejected by the cluster: no KAI Queue was "
+            f"deleted in this sync ({len(kept)} kept). Fix the quotas of the pool and sync again."
+        )
     unconfirmed = [o for o in candidates if describe(o) not in confirmed]
     refusal = mass_deletion_refusal(
         deleting=len(unconfirmed),

@@ -8,6 +8,8 @@ taken from the queues with unused guaranteed quota in name order (Kueue does not
 lender a borrower draws on; the split is ours, the totals are the cluster's).
 Volcano: guaranteed = spec.deserved, maximum = spec.capability, in use = status.allocated; one
 leaf queue per project and pool (its pool label says which).
+KAI: guaranteed = spec.resources.gpu.quota, maximum = its limit (None for -1), in use =
+status.allocated nvidia.com/gpu, fractions included ("500m" is half a GPU, as KAI counts it).
 """
 
 from dataclasses import dataclass, replace
@@ -24,7 +26,7 @@ CQ_PREFIX = "gp-"
 
 @dataclass(frozen=True)
 class UsageRow:
-    queue_kind: str  # clusterqueue | volcano
+    queue_kind: str  # clusterqueue | volcano | kai
     queue_name: str
     project_slug: str
     cohort: str
@@ -158,3 +160,31 @@ def volcano_queue_rows(queue: dict[str, Any]) -> list[UsageRow]:
             )
         )
     return rows
+
+
+def kai_queue_rows(queue: dict[str, Any]) -> list[UsageRow]:
+    """The GPU row of a project's KAI leaf queue (department and foreign queues give none)."""
+    meta, spec = queue.get("metadata") or {}, queue.get("spec") or {}
+    labels = meta.get("labels") or {}
+    project = labels.get(L.PROJECT_KEY) or ""
+    if not project:
+        return []
+    gpu = (spec.get("resources") or {}).get("gpu") or {}
+    allocated = ((queue.get("status") or {}).get("allocated")) or {}
+    used = quantity(allocated.get(GPU_RESOURCE))
+    guaranteed = max(Decimal(0), quantity(gpu.get("quota")))
+    limit = gpu.get("limit")
+    return [
+        UsageRow(
+            queue_kind="kai",
+            queue_name=meta.get("name") or "",
+            project_slug=project,
+            cohort=spec.get("parentQueue") or "",
+            pool=labels.get(L.POOL_KEY) or "",
+            resource="gpu",
+            in_use=used,
+            guaranteed=guaranteed,
+            maximum=None if limit is None or quantity(limit) < 0 else quantity(limit),
+            borrowed=max(Decimal(0), used - guaranteed),
+        )
+    ]

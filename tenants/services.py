@@ -17,6 +17,7 @@ from django.core.exceptions import ObjectDoesNotExist, PermissionDenied, Validat
 from django.db import IntegrityError, transaction
 from knox.models import AuthToken
 
+from audit.services import created, diff, record, removed, snapshot
 from quotas.services import department_move_errors
 from tenants.models import Department, GangBackend, Membership, Project, Role
 from tenants.permissions import can_manage_members, role_in
@@ -50,6 +51,12 @@ def department_create(*, actor: Any, slug: str, name: str, description: str = ""
     department = Department(slug=slug, name=name, description=description)
     department.full_clean()
     department.save()
+    record(
+        "department.create",
+        actor=actor,
+        target=department,
+        changes=created({"slug": slug, "name": name, "description": description}),
+    )
     audit.info("department_create actor=%s department=%s", _actor_name(actor), slug)
     return department
 
@@ -62,10 +69,17 @@ def department_update(*, actor: Any, department: Department, **changes: Any) -> 
     if unknown:
         raise TypeError(f"department_update cannot change {', '.join(unknown)}")
     department = Department.objects.select_for_update().get(pk=department.pk)
+    before = snapshot(department, list(changes))
     for name, value in changes.items():
         setattr(department, name, value)
     department.full_clean()
     department.save()
+    record(
+        "department.change",
+        actor=actor,
+        target=department,
+        changes=diff(before, snapshot(department, list(changes))),
+    )
     audit.info(
         "department_update actor=%s department=%s fields=%s",
         _actor_name(actor),
@@ -80,7 +94,9 @@ def department_delete(*, actor: Any, department: Department) -> None:
     """Delete a department without projects (its projects protect it: ProtectedError)."""
     _require_staff(actor, "delete departments")
     slug = department.slug
+    target = ("tenants.department", department.pk, str(department))
     Department.objects.get(pk=department.pk).delete()
+    record("department.delete", actor=actor, target=target, detail=f"department {slug}")
     audit.info("department_delete actor=%s department=%s", _actor_name(actor), slug)
 
 
@@ -121,6 +137,12 @@ def project_create(
         project.max_array_elements = max_array_elements
     project.full_clean()
     project.save()
+    record(
+        "project.create",
+        actor=actor,
+        target=project,
+        changes=created(snapshot(project, ["slug", *PROJECT_FIELDS])),
+    )
     audit.info(
         "project_create actor=%s project=%s department=%s",
         _actor_name(actor),
@@ -139,6 +161,7 @@ def project_update(*, actor: Any, project: Project, **changes: Any) -> Project:
     if unknown:
         raise TypeError(f"project_update cannot change {', '.join(unknown)}")
     project = Project.objects.select_for_update().get(pk=project.pk)
+    before = snapshot(project, list(changes))
     for name, value in changes.items():
         setattr(project, name, value)
     project.full_clean()
@@ -146,6 +169,12 @@ def project_update(*, actor: Any, project: Project, **changes: Any) -> Project:
     if errors:
         raise ValidationError(errors)
     project.save()
+    record(
+        "project.change",
+        actor=actor,
+        target=project,
+        changes=diff(before, snapshot(project, list(changes))),
+    )
     audit.info(
         "project_update actor=%s project=%s fields=%s",
         _actor_name(actor),
@@ -160,7 +189,10 @@ def project_delete(*, actor: Any, project: Project) -> None:
     """Delete a project (its jobs protect it). The quota sync keeps its namespace, marked."""
     _require_staff(actor, "delete projects")
     slug = project.slug
+    target = ("tenants.project", project.pk, str(project))
     Project.objects.get(pk=project.pk).delete()
+    # The project row is gone: the trail keeps its slug, not a link to it.
+    record("project.delete", actor=actor, target=target, detail=f"project {slug}")
     audit.info("project_delete actor=%s project=%s", _actor_name(actor), slug)
 
 
@@ -228,6 +260,12 @@ def membership_add(
     try:
         with transaction.atomic():
             membership = Membership.objects.create(project=project, user=user, role=role)
+            record(
+                "membership.add",
+                actor=actor,
+                target=membership,
+                changes=created({"user": user.get_username(), "role": role}),
+            )
     except IntegrityError as exc:  # a concurrent add of the same user won the race
         raise ValidationError(
             {"user": [f"{user.get_username()} is already a member of project '{project.slug}'."]}
@@ -257,6 +295,13 @@ def membership_change_role(*, actor: Any, membership: Membership, role: str) -> 
             )
         membership.role = role
         membership.save(update_fields=["role"])
+        record(
+            "membership.change",
+            actor=actor,
+            target=membership,
+            changes={"role": [old_role, role]},
+            detail=f"user {membership.user.get_username()}",
+        )
     audit.info(
         "membership_change_role actor=%s project=%s user=%s role=%s->%s",
         actor.get_username(),
@@ -275,7 +320,16 @@ def membership_remove(*, actor: Any, membership: Membership) -> None:
         membership, admin_ids = _lock_for_change(membership)
         _refuse_losing_last_admin(membership=membership, admin_ids=admin_ids, doing="remove them")
         username = membership.user.get_username()
+        target = ("tenants.membership", membership.pk, str(membership))
+        old_role = membership.role
         membership.delete()
+        record(
+            "membership.remove",
+            actor=actor,
+            target=target,
+            project=project,
+            changes=removed({"user": username, "role": old_role}),
+        )
     audit.info(
         "membership_remove actor=%s project=%s user=%s",
         actor.get_username(),
@@ -302,6 +356,13 @@ def token_create(*, actor: Any, expires_in: timedelta | None = None) -> tuple[An
     if expires_in is not None and expires_in <= timedelta(0):
         raise ValidationError({"expires_in": ["A token must expire in the future."]})
     token, secret = AuthToken.objects.create(user=actor, expiry=expires_in)
+    # The public key prefix names the token; the secret never reaches the trail.
+    record(
+        "token.create",
+        actor=actor,
+        target=("knox.authtoken", token.token_key, f"token {token.token_key}"),
+        changes=created({"expiry": token.expiry.isoformat() if token.expiry else None}),
+    )
     audit.info(
         "token_create actor=%s key=%s expiry=%s",
         actor.get_username(),
@@ -316,4 +377,9 @@ def token_revoke(*, actor: Any, token_key: str) -> None:
     deleted, _ = AuthToken.objects.filter(user=actor, token_key=token_key).delete()
     if not deleted:
         raise ObjectDoesNotExist(f"You have no token '{token_key}'.")
+    record(
+        "token.revoke",
+        actor=actor,
+        target=("knox.authtoken", token_key, f"token {token_key}"),
+    )
     audit.info("token_revoke actor=%s key=%s", actor.get_username(), token_key)

@@ -27,6 +27,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from audit.services import created, diff, record, removed, snapshot
 from jobs.models import Job
 from jobs.mounts import mount_path_error
 from jobs.validation import parse_quantity
@@ -46,6 +47,7 @@ from volumes.models import (
 log = logging.getLogger(__name__)
 audit = logging.getLogger("portal.audit")
 
+_CLAIM_FIELDS = ("kind", "claim_name", "storage_class", "size", "nfs_server", "nfs_path")
 UPDATABLE_FIELDS = ("mount_path", "read_only", "is_checkpoint", "description")
 _NAME_RE = re.compile(DNS1123_LABEL)
 _SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -207,6 +209,17 @@ def volume_create(
         created_by=actor if getattr(actor, "is_authenticated", False) else None,
     )
     _store(volume)
+    record(
+        "volume.create",
+        actor=actor,
+        target=volume,
+        changes=created(
+            snapshot(
+                volume,
+                [*_CLAIM_FIELDS, *UPDATABLE_FIELDS],
+            )
+        ),
+    )
     audit.info(
         "volume_create actor=%s project=%s volume=%s kind=%s",
         getattr(actor, "username", actor),
@@ -248,11 +261,18 @@ def volume_update(*, actor: Any, volume: DataVolume, **changes: Any) -> DataVolu
     )
     if errors:
         raise ValidationError(errors)
+    before = snapshot(volume, list(changes))
     for name, value in changes.items():
         setattr(volume, name, value)
     try:
         with transaction.atomic():
             volume.save()
+            record(
+                "volume.change",
+                actor=actor,
+                target=volume,
+                changes=diff(before, snapshot(volume, list(changes))),
+            )
     except IntegrityError as exc:  # two admins setting a checkpoint volume at once
         raise ValidationError(
             {"is_checkpoint": ["Another checkpoint volume was just set; reload and try again."]}
@@ -376,7 +396,16 @@ def volume_delete(
             )
         deleted = _delete_objects(volume)
     name, slug = volume.name, volume.project.slug
+    target, project = (volume._meta.label_lower, volume.pk, str(volume)), volume.project
     volume.delete()
+    record(
+        "volume.delete",
+        actor=actor,
+        target=target,
+        project=project,
+        changes=removed({"claim_name": volume.claim_name, "deleted_objects": deleted}),
+        detail="claim and data deleted" if deleted else "claim kept",
+    )
     audit.info(
         "volume_delete actor=%s project=%s volume=%s deleted=%s",
         getattr(actor, "username", actor),

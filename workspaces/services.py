@@ -227,12 +227,7 @@ def workspace_stop(
     if job is None or job.state not in ACTIVE:
         raise _errors("state", "The workspace is not running.")
     try:
-        job_stop(
-            job,
-            reason="WorkspaceStopped",
-            message=reason,
-            source=source,
-        )
+        job_stop(job, reason="WorkspaceStopped", message=reason, source=source, actor=actor)
     except InvalidTransition as exc:
         raise _errors("state", "The workspace is not running.") from exc
     Workspace.objects.filter(pk=workspace.pk).update(stopped_reason=reason[:200])

@@ -287,6 +287,8 @@ def build_job_request(
     command: tuple[str, ...],
     template: str | None = None,
     secret_env: tuple[str, ...] = (),
+    gpu_fraction: float | None = None,
+    gpu_memory: int | None = None,
     **advanced: Any,
 ) -> dict[str, Any]:
     """The POST /api/v1/jobs/ body for the flags given (the portal does the validation).
@@ -299,6 +301,12 @@ def build_job_request(
         raise click.UsageError("--mig takes one MIG slice; leave out --gpus.")
     if not image and not template:
         raise click.UsageError("Give --image (or --template NAME, a saved template).")
+    fraction = gpu_fraction is not None or gpu_memory is not None
+    if fraction and (mig or gang or gpus):
+        raise click.UsageError(
+            "--gpu-fraction/--gpu-memory ask for part of one GPU: leave out --gpus, --mig and "
+            "--gang."
+        )
     body: dict[str, Any] = {"project": project}
     if template:
         body["template"] = template
@@ -308,6 +316,12 @@ def build_job_request(
         body.update(kind="mig", mig_profile=mig)
     elif gang:
         body.update(kind="gang", replicas=gang, gpus=gpus if gpus is not None else 8)
+    elif fraction:
+        body["kind"] = "single"
+        if gpu_fraction is not None:
+            body["gpu_fraction"] = gpu_fraction
+        if gpu_memory is not None:
+            body["gpu_memory"] = gpu_memory
     elif not template:
         body.update(kind="single", gpus=gpus if gpus is not None else 1)
     elif gpus is not None:
@@ -345,7 +359,20 @@ def build_job_request(
 @click.option("--gpus", type=int, help="GPUs per pod (default 1; 8 for a gang).")
 @click.option("--mig", metavar="PROFILE", help="Run on one MIG slice, e.g. 1g.10gb.")
 @click.option("--gang", type=int, metavar="N", help="All-or-nothing gang of N pods.")
-@click.option("--backend", type=click.Choice(["kueue", "volcano"]), help="Gang backend.")
+@click.option(
+    "--gpu-fraction",
+    type=float,
+    metavar="F",
+    help="A fraction of one GPU, e.g. 0.5 (KAI pools that allow fractions).",
+)
+@click.option(
+    "--gpu-memory", type=click.IntRange(min=1), metavar="MIB", help="MiB of one GPU (KAI pools)."
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["kueue", "volcano", "kai"]),
+    help="Scheduler (default: the pool's).",
+)
 @click.option("--pool", help="GPU pool slug (default: any pool the project has quota in).")
 @click.option("--priority", type=click.Choice(["high", "normal", "low"]), help="Default: normal.")
 @click.option("--image", help="Container image, e.g. pytorch/pytorch:2.4.0 (or from --template).")
@@ -438,6 +465,7 @@ def submit(
     Examples:
       gpuportal submit -p vision --gpus 1 --image pytorch/pytorch:2.4.0 -- python train.py
       gpuportal submit -p vision --mig 1g.10gb --image busybox -- sh -c 'echo hi'
+      gpuportal submit -p vision --gpu-fraction 0.5 --image img -- python notebook.py
       gpuportal submit -p vision --gang 2 --gpus 8 --backend volcano --image img -- torchrun x.py
       gpuportal submit -p vision --image busybox --dry-run -- true
       gpuportal submit -p vision --image busybox --wait --max-runtime 2h -e SEED=1 -- ./run.sh

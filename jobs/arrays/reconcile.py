@@ -9,14 +9,24 @@ trip (jobs.reconcile.locking.job_locks) and re-reads their state under them, so 
 cancelled or taken by another worker meanwhile is skipped; after applying, the batch is read
 once more and what was cancelled during the apply is deleted at once (as
 jobs.reconcile.services does for a single job).
+
+Several applies are in flight at once (PORTAL_ARRAY_APPLY_CONCURRENCY, one thread pool per
+pass), and on PostgreSQL the next batch is locked, re-read, built and queued while the current
+one is still being applied: the API server always has work from this pass, and the database
+round trips and manifest builds of a batch overlap with the applies of the one before. Each
+batch keeps its own locks until it is recorded. When a member GPU limit applies (the gate holds
+the member's lock and counts what is applied), batches go one at a time, as before.
 """
 
 import dataclasses
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from typing import Any
 
+from django.conf import settings
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -34,11 +44,15 @@ from portal.kube.apply import PermanentKubeError, RetryableKubeError
 log = logging.getLogger(__name__)
 
 BATCH = 100
-# Concurrent applies within a batch: overlaps the API server's latency; the client's pool
-# (PORTAL_KUBE_POOL_SIZE, default 8) keeps their connections alive, the token bucket paces them.
-APPLY_THREADS = 4
 # A pass stops after this long and queues the next one (the task's soft limit is 120 s).
 PASS_SECONDS = 60.0
+
+
+def apply_concurrency() -> int:
+    """Applies in flight per array pass: they overlap the API server's latency. The client's
+    pool (PORTAL_KUBE_POOL_SIZE, default 8) keeps their connections alive; the token bucket
+    (PORTAL_KUBE_QPS) still paces them."""
+    return max(1, int(getattr(settings, "PORTAL_ARRAY_APPLY_CONCURRENCY", 8)))
 
 
 def _apply_one(manifests: list[dict[str, Any]]) -> Exception | None:
@@ -49,12 +63,23 @@ def _apply_one(manifests: list[dict[str, Any]]) -> Exception | None:
     return None
 
 
-def _apply_batch(jobs: list[Job], counts: dict[str, int]) -> RetryableKubeError | None:
-    """Apply a batch of held elements under their locks. Returns the first retryable error (the
-    elements it hit stay held for the next pass)."""
+@dataclasses.dataclass
+class _Batch:
+    """A batch whose applies are queued: its elements (locked, re-read fresh), their applies'
+    futures, and its locks, held until it is recorded."""
+
+    jobs: list[Job]
+    futures: list[Future]
+    locks: ExitStack
+
+
+def _start_batch(jobs: list[Job], counts: dict[str, int], pool: ThreadPoolExecutor) -> _Batch:
+    """Lock a batch of held elements, keep those still held, build and queue their applies."""
     # Elements differ only in id, name and env: the pool lookups are done once per batch.
     base = manifest_input_for_job(jobs[0])
-    with job_locks([j.pk for j in jobs]) as granted:
+    locks = ExitStack()
+    try:
+        granted = locks.enter_context(job_locks([j.pk for j in jobs]))
         counts["busy"] += len(jobs) - len(granted)
         fresh = set(
             Job.objects.filter(
@@ -65,22 +90,34 @@ def _apply_batch(jobs: list[Job], counts: dict[str, int]) -> RetryableKubeError 
             ).values_list("pk", flat=True)
         )
         todo = [j for j in jobs if j.pk in fresh]
-        bodies = [
-            build_job_manifests(
-                dataclasses.replace(base, job_id=j.pk, name=j.name, env=dict(j.env or {}))
+        futures = [
+            pool.submit(
+                _apply_one,
+                build_job_manifests(
+                    dataclasses.replace(base, job_id=j.pk, name=j.name, env=dict(j.env or {}))
+                ),
             )
             for j in todo
         ]
-        with ThreadPoolExecutor(APPLY_THREADS) as pool:
-            outcomes = list(pool.map(_apply_one, bodies))
-        applied = [j for j, err in zip(todo, outcomes, strict=True) if err is None]
+    except BaseException:
+        locks.close()
+        raise
+    return _Batch(todo, futures, locks)
+
+
+def _finish_batch(batch: _Batch, counts: dict[str, int]) -> RetryableKubeError | None:
+    """Wait for a batch's applies and record them under its locks, then release them. Returns
+    the first retryable error (the elements it hit stay held for the next pass)."""
+    with batch.locks:
+        outcomes = [future.result() for future in batch.futures]
+        applied = [j for j, err in zip(batch.jobs, outcomes, strict=True) if err is None]
         retry: RetryableKubeError | None = None
         now = timezone.now()
         Job.objects.filter(pk__in=[j.pk for j in applied], applied_at__isnull=True).update(
             applied_at=now, last_reconciled_at=now
         )
         counts["applied"] += len(applied)
-        for job, err in zip(todo, outcomes, strict=True):
+        for job, err in zip(batch.jobs, outcomes, strict=True):
             if isinstance(err, RetryableKubeError):
                 retry = retry or err
             elif isinstance(err, PermanentKubeError):
@@ -95,6 +132,13 @@ def _apply_batch(jobs: list[Job], counts: dict[str, int]) -> RetryableKubeError 
             reconcile._clean_up(job)
             counts["cleaned"] += 1
     return retry
+
+
+def _apply_batch(
+    jobs: list[Job], counts: dict[str, int], pool: ThreadPoolExecutor
+) -> RetryableKubeError | None:
+    """Apply a batch of held elements under their locks, start to finish."""
+    return _finish_batch(_start_batch(jobs, counts, pool), counts)
 
 
 def _clean_cancelled(array: JobArray, counts: dict[str, int]) -> None:
@@ -114,41 +158,110 @@ def _clean_cancelled(array: JobArray, counts: dict[str, int]) -> None:
 
 
 def _fill_slots(array: JobArray, counts: dict[str, int], deadline: float) -> None:
+    pipelined = connection.vendor == "postgresql"  # file locks (SQLite) stripe: one at a time
+    with ThreadPoolExecutor(apply_concurrency(), thread_name_prefix="array-apply") as pool:
+        flight: list[_Batch] = []  # the batch being applied while the next one is prepared
+        try:
+            _fill(array, counts, deadline, pool, flight, pipelined)
+        finally:
+            # On an error: what was queued is still waited for, recorded and unlocked.
+            for batch in flight:
+                try:
+                    if retry := _finish_batch(batch, counts):
+                        log.warning("array %s: %s", array.pk, retry)
+                except Exception:
+                    batch.locks.close()
+                    log.exception("array %s: recording a batch failed", array.pk)
+
+
+def _fill(
+    array: JobArray,
+    counts: dict[str, int],
+    deadline: float,
+    pool: ThreadPoolExecutor,
+    flight: list[_Batch],
+    pipelined: bool,
+) -> None:
     elements = Job.objects.filter(array=array, superseded=False)
     checked_backend = False
-    while time.monotonic() < deadline:
+
+    def finish_flight() -> None:
+        while flight:
+            retry = _finish_batch(flight.pop(0), counts)
+            if retry is not None:
+                raise retry
+
+    while True:
+        if time.monotonic() >= deadline:
+            finish_flight()
+            enqueue_array_reconcile(array.pk)  # time is up: the next pass goes on
+            counts["continued"] = 1
+            return
+        queued = [j.pk for b in flight for j in b.jobs]  # applied, not yet recorded
         in_cluster = elements.filter(applied_at__isnull=False, state__in=sorted(ACTIVE)).count()
-        free = array.parallelism - in_cluster
+        free = array.parallelism - in_cluster - len(queued)
         if free <= 0:
+            finish_flight()
             return
         batch = list(
             elements.filter(
                 applied_at__isnull=True, state=JobState.SUBMITTED, cleanup_pending=False
             )
+            .exclude(pk__in=queued)
             .select_related("project", "pool")
             .order_by("array_index")[: min(free, BATCH)]
         )
         if not batch:
+            finish_flight()
             return
         if not checked_backend:
             reconcile._check_backend(batch[0])  # ResourceNotServed: the task retries
             checked_backend = True
-        before = counts["applied"] + counts["rejected"]
         # The submitter's GPU limit in the project (governance) may let fewer go.
         with member_limit_gate(batch[0]) as gate:
-            allowed = gate.copies(len(batch))
-            if allowed == 0:
-                notes = [(j, MEMBER_LIMIT_REASON, gate.message) for j in batch]
-                job_note_status_many(notes)
-                counts["limited"] = len(batch)
-                return
-            retry = _apply_batch(batch[:allowed], counts)
-        if retry is not None:
-            raise retry
-        if counts["applied"] + counts["rejected"] == before:
+            if gate.limits and flight:
+                empty = None  # a limit appeared mid-pass: record what is in flight, then count
+            else:
+                empty = _gated_batch(batch, gate, counts, pool, flight, pipelined)
+        if empty is None:
+            finish_flight()
+            continue
+        if empty:
             raise JobBusy(f"array {array.pk}: every element of the batch is busy")
-    enqueue_array_reconcile(array.pk)  # time is up: the next pass goes on
-    counts["continued"] = 1
+        if counts.get("limited"):
+            finish_flight()
+            return
+
+
+def _gated_batch(
+    batch: list[Job],
+    gate: Any,
+    counts: dict[str, int],
+    pool: ThreadPoolExecutor,
+    flight: list[_Batch],
+    pipelined: bool,
+) -> bool:
+    """Apply (or queue) as much of a batch as the member's gate allows; True when none of it
+    could be taken (every element busy)."""
+    allowed = gate.copies(len(batch))
+    if allowed == 0:
+        job_note_status_many([(j, MEMBER_LIMIT_REASON, gate.message) for j in batch])
+        counts["limited"] = len(batch)
+        return False
+    if gate.limits or not pipelined:
+        # The gate counts what is recorded as applied: nothing may be in flight (the caller
+        # saw to that), and this batch is recorded before the gate is let go.
+        started = _start_batch(batch[:allowed], counts, pool)
+        if retry := _finish_batch(started, counts):
+            raise retry
+        return not started.jobs
+    started = _start_batch(batch[:allowed], counts, pool)
+    flight.append(started)
+    # Record the batch before while this one's applies run.
+    while len(flight) > 1:
+        if retry := _finish_batch(flight.pop(0), counts):
+            raise retry
+    return not started.jobs
 
 
 def array_reconcile(*, array_id: int) -> dict[str, int]:

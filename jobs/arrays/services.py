@@ -9,6 +9,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from audit.services import created, record
 from jobs import mounts as job_mounts
 from jobs.arrays import shape as arrays
 from jobs.idempotency import IdempotencyKey, raise_if_already_submitted, record_submission
@@ -135,6 +136,21 @@ def array_submit(
             )
             if idempotency is not None:
                 record_submission(user=actor, key=idempotency, array=array)
+            record(
+                "array.submit",
+                actor=actor,
+                target=array,
+                changes=created(
+                    {
+                        "count": spec.count,
+                        "parallelism": spec.parallelism,
+                        "sweep": sorted(spec.grid) if spec.grid else [],
+                        "image": template.image,
+                        "gpus": template.gpus,
+                    }
+                ),
+                detail=f"{spec.count} elements",
+            )
             enqueue_array_reconcile(array.pk)
             publish_job_change(jobs[0].pk, JobState.SUBMITTED, project_slug=project.slug)
     except IntegrityError as exc:
@@ -202,6 +218,12 @@ def array_cancel(*, actor: Any, array: JobArray, source: str = "api") -> int:
             ],
             batch_size=BULK_BATCH,
         )
+        record(
+            "array.cancel",
+            actor=actor,
+            target=array,
+            detail=f"{len(rows)} active elements cancelled",
+        )
         if applied:
             enqueue_array_reconcile(array.pk)
         publish_job_change(rows[0][0], JobState.CANCELLED, project_slug=array.project.slug)
@@ -253,6 +275,14 @@ def array_resubmit_failed(
                 )
                 for new, was in zip(jobs, old, strict=True)
             ]
+        )
+        record(
+            "array.resubmit_failed",
+            actor=actor,
+            target=array,
+            changes={"jobs": [[was.pk for was in old], [new.pk for new in jobs]]},
+            detail=f"{len(jobs)} failed elements resubmitted"
+            + (f" (element {index})" if index is not None else ""),
         )
         enqueue_array_reconcile(array.pk)
         publish_job_change(jobs[0].pk, JobState.SUBMITTED, project_slug=array.project.slug)

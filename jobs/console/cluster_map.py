@@ -54,10 +54,20 @@ class GpuView:
     model: str
     holder: Holder | None  # whole-GPU holder (None for a MIG GPU: see slices)
     slices: tuple[DeviceView, ...] = ()
+    # KAI GPU fractions: who holds which part of a shared GPU (holder, share), biggest first.
+    parts: tuple[tuple[Holder, float], ...] = ()
 
     @property
     def mig(self) -> bool:
         return bool(self.slices)
+
+    @property
+    def split(self) -> bool:
+        return bool(self.parts)
+
+    @property
+    def free_share(self) -> float:
+        return max(0.0, round(1.0 - sum(share for _, share in self.parts), 3))
 
 
 @dataclass(frozen=True)
@@ -74,7 +84,7 @@ class NodeView:
     @property
     def held(self) -> int:
         return sum(
-            sum(1 for s in g.slices if s.holder) if g.mig else (1 if g.holder else 0)
+            sum(1 for s in g.slices if s.holder) if g.mig else (1 if g.holder or g.parts else 0)
             for g in self.gpus
         )
 
@@ -111,6 +121,7 @@ class PodHold:
     node: str
     gpu_uuids: tuple[str, ...]
     gpu_indices: tuple[int, ...]
+    share: float | None = None  # a KAI fraction's part of its (shared) GPU
 
 
 @dataclass(frozen=True)
@@ -159,7 +170,12 @@ def build_cluster_map(
     pools = list(pools)
     by_uuid: dict[str, int] = {}
     by_index: dict[tuple[str, int], int] = {}
+    shared: dict[str, dict[int, float]] = {}
     for hold in holds:
+        if hold.share is not None:
+            for uuid in hold.gpu_uuids:
+                shared.setdefault(uuid, {})[hold.job_id] = hold.share
+            continue
         for uuid in hold.gpu_uuids:
             by_uuid[uuid] = hold.job_id
         if not hold.gpu_uuids:
@@ -187,7 +203,13 @@ def build_cluster_map(
             job_id = by_uuid.get(gpu.uuid) if gpu.uuid else None
             if job_id is None:
                 job_id = by_index.get((node.name, gpu.index))
-            gpus.append(GpuView(gpu.index, gpu.uuid, gpu.model, holder=holder(job_id)))
+            parts = tuple(
+                (holder_for(j), share)
+                for j, share in sorted(
+                    shared.get(gpu.uuid, {}).items(), key=lambda item: (-item[1], item[0])
+                )
+            )
+            gpus.append(GpuView(gpu.index, gpu.uuid, gpu.model, holder=holder(job_id), parts=parts))
         pool = pool_of(node, pools)
         slug = pool.slug if pool else OTHER_POOL
         if slug not in views:
@@ -201,19 +223,25 @@ def build_cluster_map(
 
 
 def _holds() -> list[PodHold]:
-    rows = JobPod.objects.filter(
-        deleted=False, job__state__in=sorted(ACTIVE), phase__in=sorted(HOLDING_PHASES)
-    ).exclude(node="")
+    from jobs.selectors import fraction_shares
+
+    rows = list(
+        JobPod.objects.filter(
+            deleted=False, job__state__in=sorted(ACTIVE), phase__in=sorted(HOLDING_PHASES)
+        )
+        .exclude(node="")
+        .values_list("job_id", "node", "gpu_uuids", "gpu_indices", "gpu_group")
+    )
+    shares = fraction_shares({row[0] for row in rows if row[4]})
     return [
         PodHold(
             job_id=job_id,
             node=node,
             gpu_uuids=tuple(uuids or ()),
             gpu_indices=tuple(indices or ()),
+            share=shares.get(job_id) if group else None,
         )
-        for job_id, node, uuids, indices in rows.values_list(
-            "job_id", "node", "gpu_uuids", "gpu_indices"
-        )
+        for job_id, node, uuids, indices, group in rows
     ]
 
 

@@ -14,6 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
+from audit.services import created, diff, record, removed
 from jobs.models import JobTemplate
 from jobs.selectors import pool_facts_for_project
 from jobs.services import job_request_from
@@ -37,6 +38,8 @@ TEMPLATE_FIELDS = (
     "priority",
     "max_runtime_minutes",
     "backend",
+    "gpu_fraction",
+    "gpu_memory",
 )
 
 
@@ -138,9 +141,11 @@ def template_create(
     clean = _check_fields(project=project, name=name, fields=fields)
     try:
         with transaction.atomic():
-            return JobTemplate.objects.create(
+            template = JobTemplate.objects.create(
                 project=project, name=name, fields=clean, created_by=actor
             )
+            record("template.create", actor=actor, target=template, changes=created({"name": name}))
+            return template
     except IntegrityError as exc:
         raise ValidationError(
             {"name": [f"Project {project.slug} already has a template named {name!r}."]}
@@ -155,10 +160,17 @@ def template_update(
     new_name = template.name if name is None else name
     new_fields = template.fields if fields is None else fields
     clean = _check_fields(project=template.project, name=new_name, fields=new_fields)
+    before = {"name": template.name, "fields": sorted(template.fields)}
     template.name, template.fields = new_name, clean
     try:
         with transaction.atomic():
             template.save(update_fields=["name", "fields", "updated_at"])
+            record(
+                "template.change",
+                actor=actor,
+                target=template,
+                changes=diff(before, {"name": new_name, "fields": sorted(clean)}),
+            )
     except IntegrityError as exc:
         raise ValidationError(
             {"name": [f"Project {template.project.slug} already has a template named {name!r}."]}
@@ -168,4 +180,14 @@ def template_update(
 
 def template_delete(*, actor: Any, template: JobTemplate) -> None:
     _writable(actor, template.project)
-    template.delete()
+    target = (template._meta.label_lower, template.pk, str(template))
+    project, name = template.project, template.name
+    with transaction.atomic():
+        template.delete()
+        record(
+            "template.delete",
+            actor=actor,
+            target=target,
+            project=project,
+            changes=removed({"name": name}),
+        )

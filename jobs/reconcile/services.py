@@ -16,6 +16,8 @@ cancelled or unknown is deleted, and a finished job's objects are removed once t
 
 import logging
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -265,6 +267,8 @@ def read_snapshot(job: Job, *, with_pods: bool = False) -> ClusterSnapshot:
             expected_pods=job.pods,
         )
     batch_job = kube.get("batch/v1", "Job", name, ns)
+    if job.backend == "kai":
+        return _kai_snapshot(job, batch_job, ns)
     workload = None
     if batch_job is not None:
         uid = batch_job["metadata"].get("uid", "")
@@ -281,6 +285,24 @@ def read_snapshot(job: Job, *, with_pods: bool = False) -> ClusterSnapshot:
         workload=workload,
         pods=pods,
         expected_pods=job.pods,
+    )
+
+
+KAI_PODGROUP_API = "scheduling.run.ai/v2alpha2"
+
+
+def _kai_snapshot(job: Job, batch_job: dict[str, Any] | None, ns: str) -> ClusterSnapshot:
+    """A KAI job: its Job, its pods (KAI binds them one by one) and the PodGroup KAI's
+    podgrouper made for the Job (owned by it)."""
+    pods = kube.list_objects("v1", "Pod", namespace=ns, label_selector=job_selector(job.pk))
+    podgroup = None
+    if batch_job is not None:
+        uid = batch_job["metadata"].get("uid", "")
+        podgroup = _by_owner_uid(kube.list_objects(KAI_PODGROUP_API, "PodGroup", namespace=ns)).get(
+            uid
+        )
+    return ClusterSnapshot(
+        backend="kai", primary=batch_job, podgroup=podgroup, pods=pods, expected_pods=job.pods
     )
 
 
@@ -428,8 +450,26 @@ def _by_owner_uid(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def _namespace_snapshots(namespace: str, jobs: list[Job]) -> dict[int, ClusterSnapshot]:
     """Snapshots of many jobs of one namespace from a handful of LIST calls."""
     snapshots: dict[int, ClusterSnapshot] = {}
-    kueue_jobs = [j for j in jobs if j.backend != "volcano"]
+    kueue_jobs = [j for j in jobs if j.backend not in ("volcano", "kai")]
     volcano_jobs = [j for j in jobs if j.backend == "volcano"]
+    kai_jobs = [j for j in jobs if j.backend == "kai"]
+    if kai_jobs:
+        batch = _by_job_id(kube.list_owned("batch/v1", "Job", namespace=namespace))
+        groups = _by_owner_uid(kube.list_objects(KAI_PODGROUP_API, "PodGroup", namespace=namespace))
+        pods_by_job: dict[str, list[dict[str, Any]]] = {}
+        for pod in kube.list_owned("v1", "Pod", namespace=namespace):
+            job_id = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_ID_KEY)
+            pods_by_job.setdefault(job_id or "", []).append(pod)
+        for job in kai_jobs:
+            primary = batch.get(str(job.pk))
+            uid = (primary or {}).get("metadata", {}).get("uid", "")
+            snapshots[job.pk] = ClusterSnapshot(
+                backend="kai",
+                primary=primary,
+                podgroup=groups.get(uid) if uid else None,
+                pods=pods_by_job.get(str(job.pk), []),
+                expected_pods=job.pods,
+            )
     if kueue_jobs:
         batch = _by_job_id(kube.list_owned("batch/v1", "Job", namespace=namespace))
         workloads = _by_owner_uid(
@@ -462,6 +502,15 @@ def _namespace_snapshots(namespace: str, jobs: list[Job]) -> dict[int, ClusterSn
     return snapshots
 
 
+@dataclass
+class _Namespace:
+    """One namespace of a resync pass: its jobs to compare and their snapshots being read."""
+
+    namespace: str
+    jobs: list[Job]
+    snapshots: Future
+
+
 def resync_jobs(*, enqueue: Callable[[int], Any]) -> dict[str, int]:
     """The periodic pass: read every namespace with live jobs in bulk, move jobs whose cluster
     status changed, and hand the rest (never applied, cancelled but not cleaned up, drifted,
@@ -471,70 +520,96 @@ def resync_jobs(*, enqueue: Callable[[int], Any]) -> dict[str, int]:
     The moves compare against the state this pass read (expected_from), so a job a reconcile
     moved on while the namespace was being listed is left alone. A namespace whose reads fail is
     skipped this round and retried next period.
+
+    The next namespace's LISTs are read (one reader thread, no database) while this one's
+    changes are written: the pass takes about the longer of the two, not their sum.
     """
     counts = {"moved": 0, "enqueued": 0, "unchanged": 0, "skipped": 0}
     arrays: set[int] = set()
-    # One project (namespace) at a time: memory holds one namespace's jobs and objects, not
-    # every live job of the cluster.
-    for project_id, namespace in projects_to_resync():
-        jobs = []
-        for job in jobs_to_resync().filter(project_id=project_id).only(*RESYNC_FIELDS):
-            if job.applied_at is None and job.array_id is not None and not job.cleanup_pending:
-                arrays.add(job.array_id)  # held elements: one pass per array applies them
+    # One project (namespace) at a time, plus the next one being read: memory holds two
+    # namespaces' jobs and objects, not every live job of the cluster.
+    with ThreadPoolExecutor(1, thread_name_prefix="resync-read") as reader:
+        pending: _Namespace | None = None
+        for project_id, namespace in projects_to_resync():
+            jobs = _jobs_to_compare(project_id, enqueue, counts, arrays)
+            if not jobs:
                 continue
-            if job.cleanup_pending or job.applied_at is None:
-                enqueue(job.pk)
-                counts["enqueued"] += 1
-            else:
-                jobs.append(job)
-        if not jobs:
-            continue
-        try:
-            snapshots = _namespace_snapshots(namespace, jobs)
-        except RetryableKubeError as exc:
-            log.warning("resync: cannot read namespace %s: %s", namespace, exc)
-            counts["skipped"] += len(jobs)
-            continue
-        except PermanentKubeError as exc:  # e.g. a permission missing: every period says so
-            log.error("resync: cannot read namespace %s: %s", namespace, exc.message)
-            counts["skipped"] += len(jobs)
-            continue
-        moves: list[Move] = []
-        notes: list[tuple[Job, str, str]] = []
-        for job in jobs:
-            reading = map_cluster_status(snapshots[job.pk])
-            if reading.missing or reading.state == JobState.FAILED:
-                enqueue(job.pk)
-                counts["enqueued"] += 1
-            elif reading.state is None:
-                counts["unchanged"] += 1
-            elif reading.state == job.state:
-                notes.append((job, reading.reason, reading.message))
-                counts["unchanged"] += 1
-            elif can_transition(job.state, reading.state):
-                moves.append(Move(job, reading.state, reading.reason, reading.message))
-            else:
-                log.info(
-                    "job %s: cluster says %s, portal has %s; ignored",
-                    job.pk,
-                    reading.state,
-                    job.state,
-                )
-                counts["unchanged"] += 1
-        # A handful of statements per namespace, not several per job: the moves compare-and-set
-        # on the state read, so a job moved meanwhile (a reconcile, the watcher) is left alone.
-        moved = {j.pk for j in job_transition_many(moves, source=SOURCE, reconciled=True)}
-        counts["moved"] += len(moved)
-        counts["unchanged"] += len(moves) - len(moved)
-        if len(moved) < len(moves):
-            log.info("resync: %d jobs changed concurrently; skipped", len(moves) - len(moved))
-        job_note_status_many(notes)
-        job_record_reconciled([j.pk for j in jobs if j.pk not in moved])
+            reading = reader.submit(_namespace_snapshots, namespace, jobs)
+            ahead = _Namespace(namespace, jobs, reading)
+            if pending is not None:
+                _resync_namespace(pending, enqueue, counts)
+            pending = ahead
+        if pending is not None:
+            _resync_namespace(pending, enqueue, counts)
     for array_id in sorted(arrays):
         enqueue_array_reconcile(array_id)
     counts["arrays"] = len(arrays)
     counts.update(sweep_cluster_objects())
     return counts
+
+
+def _jobs_to_compare(
+    project_id: int, enqueue: Callable[[int], Any], counts: dict[str, int], arrays: set[int]
+) -> list[Job]:
+    """The project's applied live jobs; the others are handed on (a reconcile, an array pass)."""
+    jobs = []
+    for job in jobs_to_resync().filter(project_id=project_id).only(*RESYNC_FIELDS):
+        if job.applied_at is None and job.array_id is not None and not job.cleanup_pending:
+            arrays.add(job.array_id)  # held elements: one pass per array applies them
+            continue
+        if job.cleanup_pending or job.applied_at is None:
+            enqueue(job.pk)
+            counts["enqueued"] += 1
+        else:
+            jobs.append(job)
+    return jobs
+
+
+def _resync_namespace(
+    item: _Namespace, enqueue: Callable[[int], Any], counts: dict[str, int]
+) -> None:
+    namespace, jobs = item.namespace, item.jobs
+    try:
+        snapshots = item.snapshots.result()
+    except RetryableKubeError as exc:
+        log.warning("resync: cannot read namespace %s: %s", namespace, exc)
+        counts["skipped"] += len(jobs)
+        return
+    except PermanentKubeError as exc:  # e.g. a permission missing: every period says so
+        log.error("resync: cannot read namespace %s: %s", namespace, exc.message)
+        counts["skipped"] += len(jobs)
+        return
+    moves: list[Move] = []
+    notes: list[tuple[Job, str, str]] = []
+    for job in jobs:
+        reading = map_cluster_status(snapshots[job.pk])
+        if reading.missing or reading.state == JobState.FAILED:
+            enqueue(job.pk)
+            counts["enqueued"] += 1
+        elif reading.state is None:
+            counts["unchanged"] += 1
+        elif reading.state == job.state:
+            notes.append((job, reading.reason, reading.message))
+            counts["unchanged"] += 1
+        elif can_transition(job.state, reading.state):
+            moves.append(Move(job, reading.state, reading.reason, reading.message))
+        else:
+            log.info(
+                "job %s: cluster says %s, portal has %s; ignored",
+                job.pk,
+                reading.state,
+                job.state,
+            )
+            counts["unchanged"] += 1
+    # A handful of statements per namespace, not several per job: the moves compare-and-set
+    # on the state read, so a job moved meanwhile (a reconcile, the watcher) is left alone.
+    moved = {j.pk for j in job_transition_many(moves, source=SOURCE, reconciled=True)}
+    counts["moved"] += len(moved)
+    counts["unchanged"] += len(moves) - len(moved)
+    if len(moved) < len(moves):
+        log.info("resync: %d jobs changed concurrently; skipped", len(moves) - len(moved))
+    job_note_status_many(notes)
+    job_record_reconciled([j.pk for j in jobs if j.pk not in moved])
 
 
 def _job_id_of(obj: dict[str, Any]) -> int | None:

@@ -151,6 +151,12 @@ class JobSerializer(serializers.ModelSerializer):
         "checkpoint volume), the same after preemption, requeue and resume; empty without one.",
     )
     resume_from = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
+    gpu_fraction = serializers.FloatField(
+        read_only=True, allow_null=True, help_text="The fraction of one GPU asked for (KAI pools)."
+    )
+    gpu_memory = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="MiB of one GPU asked for (KAI pools)."
+    )
 
     @extend_schema_field(
         {"type": "array", "items": {"type": "object", "additionalProperties": True}}
@@ -193,6 +199,8 @@ class JobSerializer(serializers.ModelSerializer):
             "termination_grace_seconds",
             "checkpoint_dir",
             "resume_from",
+            "gpu_fraction",
+            "gpu_memory",
         ]
         read_only_fields = fields
 
@@ -250,7 +258,29 @@ class JobCreateSerializer(serializers.Serializer):
     memory = StrictCharField(required=False, allow_blank=True, max_length=16)
     priority = serializers.ChoiceField(choices=PRIORITIES, required=False, default="normal")
     max_runtime_minutes = serializers.IntegerField(required=False, allow_null=True)
-    backend = serializers.ChoiceField(choices=BACKENDS, required=False, allow_blank=True)
+    backend = serializers.ChoiceField(
+        choices=BACKENDS,
+        required=False,
+        allow_blank=True,
+        help_text="Which scheduler: empty = the pool's (kueue, volcano for gangs, or kai).",
+    )
+    # Issue 25: range, step and pool are checked by jobs.validation, which names the field.
+    gpu_fraction = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        error_messages={
+            "invalid": "A fraction of one GPU is a number greater than 0 and less than 1, "
+            "e.g. 0.25 or 0.5."
+        },
+        help_text="A fraction of one GPU (0 < f < 1, a multiple of the pool's fraction_step), "
+        "instead of gpus; KAI pools that allow fractions only.",
+    )
+    gpu_memory = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        error_messages={"invalid": "GPU memory is a whole number of MiB, e.g. 20000."},
+        help_text="MiB of one GPU's memory, instead of gpus or gpu_fraction; KAI pools only.",
+    )
     # Shapes are checked by jobs.mounts, which names the item (mounts[1].path).
     mounts = serializers.JSONField(
         required=False,
@@ -473,7 +503,11 @@ class JobViewSet(
             }
             return Response(body, status=status.HTTP_200_OK)
         # The stored job as it is in memory (no re-read): its one event is the submission.
-        data = JobSerializer(outcome.job, context=self.get_serializer_context()).data
+        context = self.get_serializer_context()
+        # job_submit has just checked that the submitter may write in the project: the env's
+        # values are theirs to read without asking the database again.
+        context["_env_readable"] = {outcome.job.project_id: True}
+        data = JobSerializer(outcome.job, context=context).data
         data["events"] = JobEventSerializer(outcome.events, many=True).data
         # Advice (e.g. a plain value that looks like a credential); the job was stored.
         data["warnings"] = outcome.warnings

@@ -52,6 +52,8 @@ def feasibility(
     r = result.resolved
     resource = mig_profile if kind == "mig" else FULL_GPU
     needed = (1 if kind == "mig" else r.gpus) * r.replicas
+    if r.gpu_fraction is not None:
+        needed = float(r.gpu_fraction)  # a KAI fraction counts as that part of a GPU
     facts = {p.slug: p for p in pools}
     eligible = [facts[slug] for slug in r.eligible_pools if slug in facts]
     if not eligible:

@@ -17,17 +17,28 @@ from jobs.models import Job, JobKind
 from jobs.submission import form_advanced
 from jobs.validation import BACKENDS, DEFAULT_RUNTIME_MINUTES, GANG_MAX, MAX_GPUS_PER_POD, PoolFacts
 
+# Issue 25: a fourth choice of the form only; it is sent as kind "single" with gpu_fraction.
+FRACTION_KIND = "fraction"
 KIND_LABELS = [
     (JobKind.SINGLE, "Single pod: 1 to 8 whole GPUs on one node"),
     (JobKind.MIG, "MIG slice: a fraction of one GPU (e.g. 1g.10gb)"),
     (JobKind.GANG, "Gang: several pods that start together (distributed training)"),
+    (FRACTION_KIND, "A fraction of a GPU: part of one GPU, shared with other jobs (KAI pools)"),
 ]
+FRACTION_CAVEAT = (
+    "The job shares one GPU with other jobs. A fraction is not memory-isolated: KAI Scheduler "
+    "counts it against the quota and packs fractions onto a GPU, but nothing stops a job from "
+    "using more of the GPU's memory than it asked for, and compute is time-sliced between the "
+    "jobs on the GPU. Ask for what the job really uses."
+)
+BACKEND_LABELS = {"kueue": "Kueue", "volcano": "Volcano", "kai": "KAI Scheduler"}
 # Fields that apply only to some kinds; every other field applies to all.
 KIND_FIELDS = {
     "gpus": (JobKind.SINGLE, JobKind.GANG),
     "mig_profile": (JobKind.MIG,),
     "replicas": (JobKind.GANG,),
     "backend": (JobKind.GANG,),
+    "gpu_fraction": (FRACTION_KIND,),
 }
 PRIORITY_LABELS = [
     ("high", "High: may preempt lower-priority jobs of the project"),
@@ -97,6 +108,14 @@ class JobSubmitForm(forms.Form):
         initial=1,
         help_text=f"Whole GPUs, 1 to {MAX_GPUS_PER_POD}; all on the same node.",
     )
+    gpu_fraction = forms.DecimalField(
+        label="Fraction of one GPU",
+        required=False,
+        initial="0.5",
+        max_digits=4,
+        decimal_places=3,
+        help_text="e.g. 0.25 or 0.5, a multiple of the pool's step. " + FRACTION_CAVEAT,
+    )
     mig_profile = forms.ChoiceField(
         label="MIG profile",
         required=False,
@@ -111,7 +130,8 @@ class JobSubmitForm(forms.Form):
     )
     backend = forms.ChoiceField(
         label="Gang scheduler",
-        choices=[("", "The project's default"), *[(b, b.capitalize()) for b in BACKENDS]],
+        choices=[("", "The pool's (or the project's default)")]
+        + [(b, BACKEND_LABELS.get(b, b)) for b in BACKENDS],
         required=False,
     )
     pool = forms.ChoiceField(
@@ -207,6 +227,9 @@ class JobSubmitForm(forms.Form):
         self._advanced_choices(volumes or [], credentials or [], resumable)
         self.fields["project"].choices = [(p.slug, f"{p.name} ({p.slug})") for p in projects]
         facts = facts or []
+        if not any(f.fractions_allowed for f in facts):
+            # Offered only where a pool of the project allows fractions.
+            self.fields["kind"].choices = [c for c in KIND_LABELS if c[0] != FRACTION_KIND]
         quota_pools = {f.slug: f for f in facts}
         project = self.selected_project()
         pool_field = self.fields["pool"]
@@ -273,7 +296,7 @@ class JobSubmitForm(forms.Form):
     def selected_kind(self) -> str:
         source = self.data if self.is_bound else self.initial
         kind = str(source.get("kind") or JobKind.SINGLE)
-        return kind if kind in JobKind.values else JobKind.SINGLE
+        return kind if kind in (*JobKind.values, FRACTION_KIND) else JobKind.SINGLE
 
     def fields_with_kinds(self) -> list[tuple[Any, str]]:
         """(bound field, the kinds it applies to as "single gang" or "") in display order."""
@@ -342,6 +365,10 @@ class JobSubmitForm(forms.Form):
         for name, kinds in KIND_FIELDS.items():
             if kind not in kinds:
                 data.pop(name, None)
+        if kind == FRACTION_KIND:
+            data["kind"] = JobKind.SINGLE
+            if data.get("gpu_fraction") is not None:
+                data["gpu_fraction"] = float(data["gpu_fraction"])
         body = {k: v for k, v in data.items() if v not in (None, "")} | {
             "command": data.get("command") or [],
             "env": {**(data.get("env") or {}), **(advanced["secret_env"] or {})},
@@ -393,6 +420,8 @@ def _advanced_request(advanced: dict[str, Any]) -> dict[str, Any]:
 def initial_from_fields(fields: dict[str, Any]) -> dict[str, Any]:
     """Form initial values from request fields (a template's, or a past job's)."""
     initial = {k: v for k, v in fields.items() if v not in (None, "")}
+    if initial.get("gpu_fraction") is not None and initial.get("kind") == JobKind.SINGLE:
+        initial["kind"] = FRACTION_KIND
     if isinstance(initial.get("command"), list):
         initial["command"] = shlex.join(initial["command"])
     if isinstance(initial.get("env"), dict):
@@ -435,6 +464,10 @@ def fields_of_job(job: Job) -> dict[str, Any]:
     }
     if job.kind == JobKind.MIG:
         fields["mig_profile"] = job.mig_profile
+    elif job.gpu_fraction is not None:
+        fields["gpu_fraction"] = float(job.gpu_fraction)
+    elif job.gpu_memory is not None:
+        fields["gpu_memory"] = job.gpu_memory
     else:
         fields["gpus"] = job.gpus
     if job.kind == JobKind.GANG:

@@ -108,8 +108,11 @@ def week_start(now: datetime) -> datetime:
     return midnight - timedelta(days=now.weekday())
 
 
-def gpu_share(*, kind: str, gpus: int, mig_profile: str) -> float:
-    """GPUs one pod holds: whole GPUs, or a MIG slice's compute share (3g → 3/7)."""
+def gpu_share(*, kind: str, gpus: int, mig_profile: str, fraction: float | None = None) -> float:
+    """GPUs one pod holds: whole GPUs, a MIG slice's compute share (3g → 3/7), or the part of
+    one GPU a KAI fraction job holds."""
+    if fraction is not None:
+        return fraction
     if kind == JobKind.MIG:
         head = (mig_profile or "").split("g", 1)[0]
         return min(1.0, int(head) / 7) if head.isdigit() else 1.0
@@ -136,11 +139,16 @@ def my_gpu_hours_this_week(*, user: Any, now: datetime | None = None) -> float:
     rows = (
         JobPod.objects.filter(job__submitter=user, started_at__isnull=False)
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
-        .values_list("started_at", "finished_at", "job__kind", "job__gpus", "job__mig_profile")
+        .values_list(
+            "started_at", "finished_at", "job__kind", "job__gpus", "job__mig_profile", "job_id"
+        )
     )
+    from jobs.selectors import fraction_shares
+
+    fractions = fraction_shares({row[5] for row in rows if not row[3]})
     pods = [
-        (start, end, gpu_share(kind=kind, gpus=gpus, mig_profile=profile))
-        for start, end, kind, gpus, profile in rows
+        (start, end, gpu_share(kind=k, gpus=g, mig_profile=m, fraction=fractions.get(j)))
+        for start, end, k, g, m, j in rows
     ]
     return gpu_hours(pods, since=since, now=now)
 

@@ -14,7 +14,13 @@ from jobs.arrays.services import array_submit
 from jobs.job_templates.services import template_create, template_list_visible_to
 from jobs.redact import redact_manifests
 from jobs.render import manifests_yaml
-from jobs.selectors import job_events, job_list_visible_to, job_manifests, pool_facts_for_project
+from jobs.selectors import (
+    job_events,
+    job_list_visible_to,
+    job_manifests,
+    pods_with_shares,
+    pool_facts_for_project,
+)
 from jobs.services import InvalidTransition, job_cancel, job_request_from, job_submit
 from jobs.submission import form_advanced, page_selectors
 from jobs.submission.feasibility import feasibility
@@ -67,7 +73,7 @@ class JobDetailView(LoginRequiredMixin, View):
         context = {
             "job": job,
             "events": job_events(job=job),
-            "pods": job.pod_records.all(),
+            "pods": pods_with_shares(job=job),
             "can_write": can_write(request.user, job.project),
             "summary": _summary(job),
         }
@@ -162,6 +168,17 @@ def _initial_for(request) -> dict:
     return {k: v for k, v in request.GET.items() if k in JobSubmitForm.base_fields}
 
 
+def _again_id(request) -> str:
+    value = request.POST.get("again") or request.GET.get("again") or ""
+    return value if value.isdigit() else ""
+
+
+def _resubmitted_job(request):
+    """The job a "submit again" submission repeats, when the user can see it; else None."""
+    again = _again_id(request)
+    return job_list_visible_to(user=request.user).filter(pk=int(again)).first() if again else None
+
+
 def _render_submit(request, form, projects, *, save_form=None, status=200):
     templates = page_selectors.templates_for_projects(projects=projects)
     context = {
@@ -172,6 +189,8 @@ def _render_submit(request, form, projects, *, save_form=None, status=200):
         "no_projects": not projects,
         # planner: the waiting job this submission would replace (cancelled only if ticked)
         "replaces": replaced_job(request),
+        # "submit again": kept through the POST so the audit trail says job.resubmit
+        "again_of": _again_id(request),
     }
     return render(request, "jobs/submit.html", context, status=status)
 
@@ -197,7 +216,11 @@ class JobSubmitView(LoginRequiredMixin, View):
                 messages.success(request, f"Array {array.name} of {array.count} jobs submitted.")
                 return redirect("job-array-detail", pk=array.pk)
             outcome = job_submit(
-                actor=request.user, project=form.cleaned_data["project"], data=data, source="ui"
+                actor=request.user,
+                project=form.cleaned_data["project"],
+                data=data,
+                source="ui",
+                resubmit_of=_resubmitted_job(request),
             )
         except ValidationError as exc:
             form.add_api_errors(exc.message_dict)

@@ -37,12 +37,15 @@ from jobs.services import (
 )
 from jobs.states import JobState, can_transition
 from jobs.status import (
+    KAI_RESERVATION_NAMESPACE,
     ClusterSnapshot,
     failing_pod,
     job_id_of,
+    kai_reservations,
     map_with_pods,
     owner_uids,
     pod_record,
+    with_shared_gpu,
 )
 from jobs.watcher import queues
 from jobs.watcher.informer import Change
@@ -57,10 +60,12 @@ BATCH_JOB = "batch/v1/Job"
 VCJOB = "batch.volcano.sh/v1alpha1/Job"
 WORKLOAD = "kueue.x-k8s.io/v1beta2/Workload"
 PODGROUP = "scheduling.volcano.sh/v1beta1/PodGroup"
+KAI_PODGROUP = "scheduling.run.ai/v2alpha2/PodGroup"
 POD = "v1/Pod"
 EVENT = "v1/Event"
 CLUSTER_QUEUE = "kueue.x-k8s.io/v1beta2/ClusterQueue"
 VOLCANO_QUEUE = "scheduling.volcano.sh/v1beta1/Queue"
+KAI_QUEUE = "scheduling.run.ai/v2/Queue"
 JOB_NAME = re.compile(r"gp-job-(\d+)\b")
 POSITION_EVERY = 2.0
 CURSOR_EVERY = 2.0
@@ -131,7 +136,7 @@ class Processor(threading.Thread):
         if change.type in ("BOOKMARK",):
             return
         if change.type == "RELISTED":
-            if change.collection in (BATCH_JOB, VCJOB, WORKLOAD, PODGROUP, POD):
+            if change.collection in (BATCH_JOB, VCJOB, WORKLOAD, PODGROUP, KAI_PODGROUP, POD):
                 # Whatever happened while we were not looking: re-evaluate every live job.
                 self.dirty.update(Job.objects.active().values_list("pk", flat=True).order_by())
             return
@@ -141,7 +146,7 @@ class Processor(threading.Thread):
             if change.type != "DELETED" and _uid(obj):
                 self.events[_uid(obj)] = obj
             return
-        if collection in (CLUSTER_QUEUE, VOLCANO_QUEUE):
+        if collection in (CLUSTER_QUEUE, VOLCANO_QUEUE, KAI_QUEUE):
             store = self.objects[collection]
             if change.type == "DELETED":
                 store.pop(_key(obj), None)
@@ -206,6 +211,17 @@ class Processor(threading.Thread):
                 expected_pods=job.pods,
             )
         batch = self.objects[BATCH_JOB].get((ns, name))
+        if job.backend == "kai":
+            podgroup = None
+            if batch is not None:
+                uid = _uid(batch)
+                podgroup = next(
+                    (pg for pg in self.objects[KAI_PODGROUP].values() if uid in owner_uids(pg)),
+                    None,
+                )
+            return ClusterSnapshot(
+                backend="kai", primary=batch, podgroup=podgroup, pods=pods, expected_pods=job.pods
+            )
         workload = None
         if batch is not None:
             key = self.workload_by_owner.get(_uid(batch))
@@ -217,6 +233,8 @@ class Processor(threading.Thread):
     # ------------------------------------------------------------------ writes
     def _sync_pods(self, job: Job, snapshot: ClusterSnapshot) -> None:
         records = [pod_record(p) for p in snapshot.pods]
+        if any(r.gpu_group and not r.gpu_uuids for r in records):
+            records = [with_shared_gpu(r, self._kai_reservations()) for r in records]
         written = self.written_pods.setdefault(job.pk, {})
         changed = [r for r in records if written.get(r.uid) != r]
         present = {r.uid for r in records}
@@ -224,6 +242,14 @@ class Processor(threading.Thread):
             return
         job_record_pods(job_id=job.pk, records=changed, present_uids=present)
         self.written_pods[job.pk] = {r.uid: r for r in records}
+
+    def _kai_reservations(self) -> dict[str, tuple[str, str, str]]:
+        """KAI's reservation pods by GPU group (read when a fraction pod needs its GPU)."""
+        try:
+            pods = kube.list_objects("v1", "Pod", namespace=KAI_RESERVATION_NAMESPACE)
+        except KubeError:
+            return {}
+        return kai_reservations(pods)
 
     def _with_fresh_pods(self, job: Job, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         try:
@@ -355,6 +381,7 @@ class Processor(threading.Thread):
             replicas=job.replicas if job.kind == "gang" else 1,
             mig_profile=job.mig_profile,
             gpu_model=job.pool.gpu_model if job.pool else self._pool_model(standing),
+            share=float(job.gpu_fraction) if job.gpu_fraction is not None else None,
         )
         sentence = explain.explain_pending(
             reason=reason,
@@ -511,7 +538,11 @@ class Processor(threading.Thread):
         if self.queues_dirty:
             self.queues_dirty = False
             try:
-                queues.store_usage(self.objects[CLUSTER_QUEUE], self.objects[VOLCANO_QUEUE])
+                queues.store_usage(
+                    self.objects[CLUSTER_QUEUE],
+                    self.objects[VOLCANO_QUEUE],
+                    self.objects[KAI_QUEUE],
+                )
             except Exception:
                 log.exception("could not store queue usage")
                 self.queues_dirty = True

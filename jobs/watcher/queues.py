@@ -12,7 +12,7 @@ from portal.kube.apply import KubeError
 from portal.kube.watch import pending_workloads
 from quotas.manifests import volcano_project_queue_name
 from quotas.models import GpuPool, ProjectQuota
-from quotas.usage import cluster_queue_rows, volcano_queue_rows, with_lending
+from quotas.usage import cluster_queue_rows, kai_queue_rows, volcano_queue_rows, with_lending
 from tenants.models import Project
 
 
@@ -30,7 +30,10 @@ def positions(
 ) -> dict[int, tuple[int, int]]:
     """{job id: (1-based position, queue length)} for waiting jobs."""
     out: dict[int, tuple[int, int]] = {}
-    cqs = sorted({cluster_queue_name(j.project.slug) for j in queued if j.backend != "volcano"})
+    out.update(kai_positions([j for j in queued if j.backend == "kai"]))
+    cqs = sorted(
+        {cluster_queue_name(j.project.slug) for j in queued if j.backend not in ("volcano", "kai")}
+    )
     for cq in cqs:
         try:
             items = pending_workloads(cq)
@@ -64,6 +67,22 @@ def positions(
         entries.sort()
         for index, (_, job_id) in enumerate(entries):
             out[job_id] = (index + 1, len(entries))
+    return out
+
+
+def kai_positions(queued: list[Job]) -> dict[int, tuple[int, int]]:
+    """KAI: a queue's waiting jobs are tried by priority, then oldest first (one KAI queue per
+    project and pool)."""
+    rank = {name: index for index, name in enumerate(("high", "normal", "low"))}
+    by_queue: dict[tuple[int, str], list[Job]] = {}
+    for job in queued:
+        pool = job.pool.slug if job.pool else next(iter(job.eligible_pools or ()), "")
+        by_queue.setdefault((job.project_id, pool), []).append(job)
+    out = {}
+    for jobs in by_queue.values():
+        jobs.sort(key=lambda j: (rank.get(j.priority, 1), j.created_at, j.pk))
+        for index, job in enumerate(jobs):
+            out[job.pk] = (index + 1, len(jobs))
     return out
 
 
@@ -108,6 +127,8 @@ def standing_for(
     project: Project = job.project
 
     def _in_use(cqs, slug, pool, resource):
+        if job.backend == "kai":
+            return None  # KAI's queues are not watched: the sentence goes without the figures
         if job.backend == "volcano":
             return _volcano_in_use(vqs or {}, slug, pool, resource)
         return _kueue_in_use(cqs, slug, pool, resource)
@@ -153,11 +174,14 @@ def pool_model(standing: Standing | None) -> str:
 
 
 def store_usage(
-    cqs: dict[tuple[str, str], dict[str, Any]], vqs: dict[tuple[str, str], dict[str, Any]]
+    cqs: dict[tuple[str, str], dict[str, Any]],
+    vqs: dict[tuple[str, str], dict[str, Any]],
+    kqs: dict[tuple[str, str], dict[str, Any]] | None = None,
 ) -> None:
     """Replace the QueueUsage rows with what the queues' status says now."""
     rows = with_lending([r for cq in cqs.values() for r in cluster_queue_rows(cq)])
     rows += [r for q in vqs.values() for r in volcano_queue_rows(q)]
+    rows += [r for q in (kqs or {}).values() for r in kai_queue_rows(q)]
     projects = dict(Project.objects.values_list("slug", "pk"))
     keep = []
     with transaction.atomic():

@@ -34,10 +34,12 @@ COLLECTIONS = (
     Collection("batch.volcano.sh/v1alpha1", "Job", MANAGED_SELECTOR),
     Collection("kueue.x-k8s.io/v1beta2", "Workload", accept=_tenant),
     Collection("scheduling.volcano.sh/v1beta1", "PodGroup", accept=_tenant),
+    Collection("scheduling.run.ai/v2alpha2", "PodGroup", accept=_tenant),
     Collection("v1", "Pod", MANAGED_SELECTOR),
     Collection("v1", "Event", accept=_event_of_tenant, resume_without_list=True),
     Collection("kueue.x-k8s.io/v1beta2", "ClusterQueue", MANAGED_SELECTOR),
     Collection("scheduling.volcano.sh/v1beta1", "Queue", MANAGED_SELECTOR),
+    Collection("scheduling.run.ai/v2", "Queue", MANAGED_SELECTOR),
 )
 
 

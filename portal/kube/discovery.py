@@ -1,4 +1,4 @@
-"""Which job backends the cluster can run: are Kueue's and Volcano's CRDs served?
+"""Which job backends the cluster can run: are Kueue's, Volcano's and KAI's CRDs served?
 
 One discovery GET per API group/version, remembered for a short while per process, so a job
 can be told "the cluster has no Volcano installed" instead of being retried in silence, and
@@ -28,6 +28,13 @@ BACKEND_RESOURCES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
             ("batch.volcano.sh/v1alpha1", "jobs"),
             ("scheduling.volcano.sh/v1beta1", "podgroups"),
             ("scheduling.volcano.sh/v1beta1", "queues"),
+        ),
+    ),
+    "kai": (
+        "KAI Scheduler",
+        (
+            ("scheduling.run.ai/v2", "queues"),
+            ("scheduling.run.ai/v2alpha2", "podgroups"),
         ),
     ),
 }

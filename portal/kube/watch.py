@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from kubernetes.client.exceptions import ApiException
 
 from portal.kube.apply import (
@@ -112,8 +113,12 @@ def watch(
     try:
         for chunk in response.stream(amt=None, decode_content=True):
             buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
+            if b"\n" not in chunk:
+                continue
+            # All complete lines at once: splitting one line off at a time copied the rest of
+            # a large chunk (a burst of events) once per event.
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
                 if line.strip():
                     yield _decode(line)
         if buffer.strip():
@@ -127,7 +132,8 @@ def watch(
 
 
 def _decode(line: bytes) -> tuple[str, dict[str, Any]]:
-    event = json.loads(line)
+    # orjson: decoding the events was a third of the cluster watcher's CPU with json.
+    event = orjson.loads(line)
     kind, obj = event.get("type", ""), event.get("object") or {}
     if kind == "ERROR":
         code = int(obj.get("code") or 0)

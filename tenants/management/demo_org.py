@@ -9,6 +9,10 @@ twice changes nothing and an admin's edits to the demo data survive a re-seed.
 The H100 quotas add up to exactly the pool: kubesim's default H100 pool is 4 nodes × 8 GPUs, one
 node partitioned as 4 GPUs × 7 1g.10gb and 2 GPUs × 3 2g.20gb (28 and 6 instances = 6 GPUs)
 plus 26 whole GPUs; the demo guarantees 26 whole GPUs, 28 × 1g.10gb and 6 × 2g.20gb.
+
+Issue 25: a third pool runs on KAI Scheduler and lets jobs ask for a fraction of a GPU: the
+demo's kubesim adds one node of 4 L40S GPUs for it (portal/management/demo_cluster.yaml),
+labelled as its own KAI node pool.
 """
 
 from __future__ import annotations
@@ -43,7 +47,15 @@ PROJECTS = [
 POOLS = [
     ("h100", "H100 80GB HBM3", "NVIDIA-H100-80GB-HBM3", 4, 8, ["1g.10gb", "2g.20gb"]),
     ("a100", "A100 SXM4 40GB", "NVIDIA-A100-SXM4-40GB", 2, 8, []),
+    ("l40s-kai", "L40S on KAI Scheduler", "NVIDIA-L40S", 1, 4, []),
 ]
+# Pools run on Kueue unless listed here: slug → (extra node labels, pool settings)
+KAI_POOLS = {
+    "l40s-kai": (
+        {"kai.scheduler/node-pool": "l40s"},
+        {"scheduler": "kai", "kai_fractions_allowed": True, "gpu_memory_mib": 46068},
+    )
+}
 
 # project, pool, resource, nominal, borrowing limit (None = may borrow all idle department quota)
 QUOTAS = [
@@ -59,6 +71,8 @@ QUOTAS = [
     ("speech", "h100", "gpu", 4, None),
     ("speech", "h100", "2g.20gb", 3, None),
     ("speech", "a100", "gpu", 4, 4),
+    ("vision", "l40s-kai", "gpu", 2, None),
+    ("nlp", "l40s-kai", "gpu", 2, None),
 ]
 
 # department, pool, resource, limit
@@ -124,6 +138,7 @@ def seed_demo_org() -> SeedResult:
         pool = GpuPool.objects.filter(slug=slug).first()
         result.count("pools", pool is None)
         if pool is None:
+            labels, settings = KAI_POOLS.get(slug, ({}, {}))
             pool = quota_services.pool_create(
                 actor=admin,
                 slug=slug,
@@ -132,7 +147,8 @@ def seed_demo_org() -> SeedResult:
                 node_count=nodes,
                 gpus_per_node=per_node,
                 mig_profiles=profiles,
-                node_labels={GPU_PRODUCT_LABEL: model},
+                node_labels={GPU_PRODUCT_LABEL: model, **labels},
+                **settings,
             )
         pools[slug] = pool
 

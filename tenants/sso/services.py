@@ -19,6 +19,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from audit.context import Source
+from audit.services import created, record, removed
 from tenants.models import ExternalIdentity, GroupMapping, Membership, MembershipSource, Role
 
 audit = logging.getLogger("portal.audit")
@@ -70,6 +72,13 @@ def user_for_identity(*, issuer: str, claims: dict[str, Any]) -> Any:
         # No password: this user logs in through the IdP only (create_user stores an unusable one).
         user = get_user_model().objects.create_user(username=_free_username(claims))
         identity = ExternalIdentity.objects.create(user=user, issuer=issuer, subject=claims["sub"])
+        record(
+            "user.create",
+            actor=user,
+            target=user,
+            source=Source.SSO,
+            detail=f"first login through single sign-on ({issuer})",
+        )
         audit.info("sso_user_create user=%s issuer=%s", user.get_username(), issuer)
     user = identity.user
     user.email = str(claims.get("email") or user.email)[:254]
@@ -91,6 +100,19 @@ def _wanted_roles(groups: Iterable[str]) -> dict[int, str]:
     return wanted
 
 
+def _record_sso_change(action: str, user: Any, target: Any, project: Any, changes: dict) -> None:
+    # The user's own login made the change, as their IdP groups said.
+    record(
+        action,
+        actor=user,
+        target=target,
+        project=project,
+        changes=changes,
+        source=Source.SSO,
+        detail="from the identity provider's groups at login",
+    )
+
+
 @transaction.atomic
 def sync_group_memberships(*, user: Any, groups: Iterable[str]) -> MembershipChanges:
     """Make the user's "sso" memberships match their groups' mappings; local ones stay as is."""
@@ -105,12 +127,28 @@ def sync_group_memberships(*, user: Any, groups: Iterable[str]) -> MembershipCha
             continue
         role = wanted.get(membership.project_id)
         if role is None:
+            target = ("tenants.membership", membership.pk, str(membership))
             membership.delete()
             changes.removed.append(membership.project.slug)
+            _record_sso_change(
+                "membership.remove",
+                user,
+                target,
+                membership.project,
+                removed({"user": user.get_username(), "role": membership.role}),
+            )
         elif role != membership.role:
+            old_role = membership.role
             membership.role = role
             membership.save(update_fields=["role"])
             changes.changed.append(membership.project.slug)
+            _record_sso_change(
+                "membership.change",
+                user,
+                membership,
+                membership.project,
+                {"role": [old_role, role]},
+            )
     new_project_ids = [pid for pid in wanted if pid not in existing]
     for mapping_project_id in new_project_ids:
         membership = Membership.objects.create(
@@ -120,6 +158,13 @@ def sync_group_memberships(*, user: Any, groups: Iterable[str]) -> MembershipCha
             source=MembershipSource.SSO,
         )
         changes.added.append(membership.project.slug)
+        _record_sso_change(
+            "membership.add",
+            user,
+            membership,
+            membership.project,
+            created({"user": user.get_username(), "role": membership.role}),
+        )
     if changes.added or changes.changed or changes.removed:
         audit.info(
             "sso_memberships user=%s added=%s changed=%s removed=%s",

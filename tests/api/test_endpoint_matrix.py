@@ -351,11 +351,27 @@ def _quota_request_payload(p) -> dict:
     return {"project": "alpha", "pool": "h100", "gpus": 1, "until": str(until), "reason": "more"}
 
 
+def _webhook_of_member(p) -> Any:
+    from notifications.models import WebhookEndpoint
+
+    return WebhookEndpoint.objects.get_or_create(
+        user=p.member, name="team", defaults={"url": "https://8.8.8.8/hook", "secret": "s"}
+    )[0]
+
+
+def _assert_waiting_minutes_set(p, persona: str) -> None:
+    from notifications.selectors import stored_waiting_minutes
+
+    assert stored_waiting_minutes(p.by_name(persona)) == 45
+
+
 READ_ALL_IN_PROJECT = {"outsider": 404, "viewer": 200, "member": 200, "admin": 200, "staff": 200}
 LIST_OK = dict.fromkeys(PERSONA_NAMES, 200)
 ADMINS_ONLY = {"outsider": 404, "viewer": 403, "member": 403, "admin": 200, "staff": 200}
 WRITERS = {"outsider": 404, "viewer": 403, "member": 200, "admin": 200, "staff": 200}
 STAFF_ONLY = {"outsider": 403, "viewer": 403, "member": 403, "admin": 403, "staff": 200}
+# One's own rows (notification webhooks): the member's endpoint is nobody else's business.
+OWNER_ONLY = {"outsider": 404, "viewer": 404, "member": 200, "admin": 404, "staff": 404}
 
 
 def _assert_alpha_guaranteed_5(p, persona: str) -> None:
@@ -576,6 +592,39 @@ CASES: dict[str, Case] = {
         url_kwargs=lambda p: {"job_pk": str(_job_in_a(p).pk)},
         expect={"list": READ_ALL_IN_PROJECT},
     ),
+    # Notifications: everyone's own settings and webhook endpoints.
+    "notification-settings": Case(
+        target=lambda p: "",
+        listed=None,
+        payloads={
+            "create": lambda p: {
+                "waiting_minutes": 45,
+                "preferences": {"job.ended": {"webhook": False}},
+            }
+        },
+        expect={"list": LIST_OK, "create": LIST_OK},
+        after={"create": _assert_waiting_minutes_set},
+    ),
+    "notification-webhooks": Case(
+        target=lambda p: str(_webhook_of_member(p).pk),
+        listed=None,
+        payloads={
+            "create": lambda p: {"name": "mine", "url": "https://8.8.4.4/hook"},
+            "partial_update": lambda p: {"active": False},
+        },
+        expect={
+            "list": LIST_OK,
+            "retrieve": OWNER_ONLY,
+            "create": dict.fromkeys(PERSONA_NAMES, 201),
+            "partial_update": OWNER_ONLY,
+            "destroy": {**OWNER_ONLY, "member": 204},
+        },
+    ),
+    "notification-deliveries": Case(
+        target=lambda p: "",
+        listed=None,
+        expect={"list": LIST_OK},
+    ),
     "whatif": Case(
         target=lambda p: p.project_a.slug,
         listed=None,
@@ -602,12 +651,21 @@ def test_every_routed_action_has_expectations():
 
 
 def test_every_viewset_is_tenant_scoped_or_a_read_only_catalogue():
-    from portal.api import ClusterReadOnlyViewSet, TenantScopedViewSet, router
+    from portal.api import (
+        ClusterReadOnlyViewSet,
+        OwnerScopedViewSet,
+        TenantScopedViewSet,
+        router,
+    )
 
     for _prefix, viewset, basename in router.registry:
         if issubclass(viewset, TenantScopedViewSet):
             # Query shaping goes in shape_queryset; get_queryset must stay the tenancy filter.
             assert viewset.get_queryset is TenantScopedViewSet.get_queryset, basename
+            continue
+        if issubclass(viewset, OwnerScopedViewSet):
+            # One user's own rows (notification settings and webhooks), filtered the same way.
+            assert viewset.get_queryset is OwnerScopedViewSet.get_queryset, basename
             continue
         assert issubclass(viewset, ClusterReadOnlyViewSet), basename
         writes = {"create", "update", "partial_update", "destroy"}

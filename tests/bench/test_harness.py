@@ -26,12 +26,70 @@ def parser_with_jobs() -> argparse.ArgumentParser:
     return parser
 
 
-def test_the_common_options_default_to_one_quiet_unpinned_run():
+def test_the_common_options_default_to_three_quiet_pinned_runs():
     args = harness.parse_args(parser_with_jobs(), [])
 
-    assert (args.runs, args.short, args.allow_busy, args.pin) == (1, False, False, False)
+    assert (args.runs, args.short, args.allow_busy, args.pin) == (3, False, False, True)
     assert args.max_load == harness.LOAD_LIMIT
     assert (args.jobs, args.sizes) == (1000, "1000,10000")
+    assert (args.shared_services, args.json) == (True, None)  # the toy needs no services
+
+
+@pytest.mark.parametrize(
+    ("argv", "busy", "pin"),
+    [
+        (["--force"], True, True),
+        (["--allow-busy"], True, True),
+        (["--no-pin"], False, False),
+        (["--pin", "--force"], True, True),
+    ],
+)
+def test_force_is_allow_busy_and_pinning_can_be_turned_off(argv, busy, pin):
+    args = harness.parse_args(parser_with_jobs(), argv)
+
+    assert (args.allow_busy, args.pin) == (busy, pin)
+
+
+def test_a_script_that_needs_postgres_and_redis_gets_private_ones_unless_told():
+    parser = harness.make_parser("A bench.", services=("postgres", "redis"))
+
+    assert harness.parse_args(parser, []).shared_services is False
+    assert harness.parse_args(parser, ["--shared-services"]).shared_services is True
+    assert harness.parse_args(parser, [])._services == ("postgres", "redis")
+
+
+@pytest.mark.parametrize(
+    ("env", "database", "redis"),
+    [
+        ({}, "postgres://postgres@127.0.0.1:5432/gp_x", "redis://127.0.0.1:6379/12"),
+        (
+            {"BENCH_DATABASE_URL": "postgres://h/other", "BENCH_REDIS_URL": "redis://h:1/3"},
+            "postgres://h/other",
+            "redis://h:1/3",
+        ),
+        (
+            {
+                harness.PRIVATE_DATABASE_ENV: "postgres://postgres@127.0.0.1:40001",
+                harness.PRIVATE_REDIS_ENV: "redis://127.0.0.1:40002",
+                "BENCH_DATABASE_URL": "postgres://h/other",
+            },
+            "postgres://postgres@127.0.0.1:40001/gp_x",
+            "redis://127.0.0.1:40002/12",
+        ),
+    ],
+)
+def test_the_runs_private_services_win_over_the_shared_ones(monkeypatch, env, database, redis):
+    for name in (
+        "BENCH_DATABASE_URL",
+        "BENCH_REDIS_URL",
+        harness.PRIVATE_DATABASE_ENV,
+        harness.PRIVATE_REDIS_ENV,
+    ):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+    assert (harness.database_url("gp_x"), harness.redis_url(12)) == (database, redis)
 
 
 def test_short_takes_the_scripts_smaller_values():
@@ -124,6 +182,18 @@ def test_a_busy_machine_is_refused_saying_its_load_and_the_way_out():
     assert "--allow-busy" in reason
 
 
+def test_a_figure_of_a_run_started_on_a_busy_machine_is_marked_busy():
+    runs = [
+        {"figures": [{"name": "rate", "value": 10.0, "unit": "/s", "load": 0.4}], "busy": False},
+        {"figures": [{"name": "rate", "value": 12.0, "unit": "/s", "load": 3.1}], "busy": True},
+    ]
+
+    (line,) = harness.summary_lines(runs, cores=2)
+
+    assert line.endswith("load 0.40–3.10 on 2 cores) BUSY")
+    assert not harness.summary_lines(runs[:1], cores=2)[0].endswith("BUSY")
+
+
 def test_run_refuses_without_measuring_when_the_machine_is_busy(capsys):
     args = harness.parse_args(parser_with_jobs(), ["--max-load", "-1"])
     measured = []
@@ -132,7 +202,7 @@ def test_run_refuses_without_measuring_when_the_machine_is_busy(capsys):
 
     assert code == 2
     assert measured == []
-    assert "refused: the 1-minute load average" in capsys.readouterr().err
+    assert "refused: machine busy: the 1-minute load average" in capsys.readouterr().err
 
 
 def test_allow_busy_measures_and_leaves_the_figures_for_the_parent_run(
@@ -140,7 +210,8 @@ def test_allow_busy_measures_and_leaves_the_figures_for_the_parent_run(
 ):
     figures_file = tmp_path / "figures.json"
     monkeypatch.setenv(harness.FIGURES_ENV, str(figures_file))
-    args = harness.parse_args(parser_with_jobs(), ["--max-load", "-1", "--allow-busy"])
+    # --no-pin: pinned, the run would pin this (pytest's) process to half the CPUs.
+    args = harness.parse_args(parser_with_jobs(), ["--max-load", "-1", "--force", "--no-pin"])
 
     def measure(args, stack):
         harness.figure("rate", 42.0, "jobs/s")
@@ -155,6 +226,7 @@ def test_allow_busy_measures_and_leaves_the_figures_for_the_parent_run(
         ("rate", 42.0, "jobs/s")
     ]
     assert record["exit"] == 3
+    assert record["busy"] is True
     assert "this process" in record["cpu"]
     out = capsys.readouterr().out
     assert out.startswith("machine: ")
@@ -167,6 +239,8 @@ def test_allow_busy_measures_and_leaves_the_figures_for_the_parent_run(
     [
         (["--runs", "3", "--jobs", "5"], ["--jobs", "5", "--allow-busy", "--runs", "1"]),
         (["--runs=3", "--allow-busy"], ["--allow-busy", "--runs", "1"]),
+        (["--force", "--json", "out.json"], ["--force", "--runs", "1"]),
+        (["--json=out.json", "--short"], ["--short", "--allow-busy", "--runs", "1"]),
         ([], ["--allow-busy", "--runs", "1"]),
     ],
 )
@@ -281,6 +355,41 @@ def test_a_running_process_is_pinned_with_its_threads_and_children(tmp_path):
             assert os.sched_getaffinity(pid) == first_cpu
 
 
+def test_a_process_started_for_the_run_by_the_parent_counts_on_the_portals_side(tmp_path):
+    burner = subprocess.Popen(
+        [sys.executable, "-c", "import time\nwhile True: sum(range(10**5)); time.sleep(0.01)"]
+    )
+    try:
+        with harness.Stack(workdir=tmp_path, adopt={"PostgreSQL": burner.pid}) as stack:
+            harness.wait_until(
+                lambda: stack.cpu_by_side()["portal: PostgreSQL"] > 0, timeout=30, what="no CPU"
+            )
+        sides = stack.cpu_by_side()
+    finally:
+        burner.kill()
+        burner.wait()
+
+    assert list(sides) == ["portal", "portal: PostgreSQL", "this process"]
+    assert sides["portal"] == sides["portal: PostgreSQL"] > 0
+    assert stack.portal_cpu() == sides["portal"]
+
+
+def test_a_private_redis_answers_on_its_own_port_and_is_stopped(tmp_path):
+    import redis
+
+    services = harness.PrivateServices(("redis",), None, tmp_path)
+    try:
+        env, pids = services.start()
+        url = env[harness.PRIVATE_REDIS_ENV]
+        assert redis.Redis.from_url(f"{url}/12").ping()
+        assert set(pids) == {"Redis"}
+    finally:
+        services.destroy()
+
+    with pytest.raises(redis.ConnectionError):
+        redis.Redis.from_url(f"{url}/12", socket_connect_timeout=1).ping()
+
+
 def test_a_process_that_dies_before_it_is_ready_is_reported_with_its_log(tmp_path):
     with harness.Stack(workdir=tmp_path) as stack, pytest.raises(RuntimeError) as failure:
         stack.spawn(
@@ -348,5 +457,5 @@ def test_every_bench_script_answers_help_with_the_harness_options(script):
     )
 
     assert result.returncode == 0, result.stderr
-    for option in ("--runs", "--short", "--allow-busy", "--pin"):
+    for option in ("--runs", "--short", "--force", "--allow-busy", "--pin", "--no-pin", "--json"):
         assert option in result.stdout

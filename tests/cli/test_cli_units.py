@@ -44,6 +44,13 @@ def test_mig_gang_and_the_optional_fields():
     assert gang["env"] == {"A": "1", "B": "x=y"}
     assert gang["max_runtime_minutes"] == 90
     assert request(gang=2)["gpus"] == 8
+    fraction = request(gpu_fraction=0.5)
+    assert (fraction["kind"], fraction["gpu_fraction"], "gpus" in fraction) == (
+        "single",
+        0.5,
+        False,
+    )
+    assert request(gpu_memory=20000)["gpu_memory"] == 20000
 
 
 @pytest.mark.parametrize(
@@ -51,6 +58,7 @@ def test_mig_gang_and_the_optional_fields():
     [
         ({"mig": "1g.10gb", "gang": 2}, "--mig and --gang"),
         ({"mig": "1g.10gb", "gpus": 2}, "leave out --gpus"),
+        ({"gpu_fraction": 0.5, "gpus": 1}, "part of one GPU"),
         ({"env": ("NOVALUE",)}, "is not KEY=VALUE"),
         ({"max_runtime": "soon"}, "not a duration"),
     ],

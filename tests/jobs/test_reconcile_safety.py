@@ -95,9 +95,14 @@ def test_a_cancel_racing_an_apply_leaves_no_job_in_the_cluster(org, monkeypatch,
     assert (stored.state, stored.cleanup_pending) == ("cancelled", False)
 
 
+# transaction=True: the resync lists in a reader thread (its own connection), where the racing
+# reconcile's write is made; as in production, that write is committed when the pass goes on.
+@pytest.mark.django_db(transaction=True)
 def test_a_stale_resync_snapshot_cannot_move_a_running_job_back(org, monkeypatch):
     """The resync read the job as Admitted and the cluster as Queued; while it was listing, a
     reconcile saw the pods start. Its stale view must not move Running back to Queued."""
+    from django.db import connection
+
     from jobs.models import Job, JobEvent
     from jobs.reconcile import services as reconcile
 
@@ -111,6 +116,7 @@ def test_a_stale_resync_snapshot_cannot_move_a_running_job_back(org, monkeypatch
     def list_then_a_reconcile_moves_the_job(namespace, jobs):
         snapshots = real_list(namespace, jobs)
         Job.objects.filter(pk=job.pk, state="admitted").update(state="running")
+        connection.close()  # the reader thread's own connection
         return snapshots
 
     monkeypatch.setattr(reconcile, "_namespace_snapshots", list_then_a_reconcile_moves_the_job)

@@ -109,6 +109,37 @@ def test_advice_offers_a_mig_slice_that_starts_now(personas, api_client_for, bus
     assert not [a for a in body["alternatives"] if a["changes"].get("mig_profile") == "3g.40gb"]
 
 
+def test_advice_never_offers_what_the_members_gpu_limit_forbids(
+    personas, api_client_for, busy_alpha
+):
+    from django.utils import timezone
+
+    from governance.models import MemberGpuLimit
+    from jobs.models import Job
+
+    # The member already holds 8 GPUs (the running job, sent to the cluster) of an 8-GPU limit:
+    # a slice would wait in the portal, so it is not advised.
+    Job.objects.filter(pk=busy_alpha.pk).update(applied_at=timezone.now())
+    MemberGpuLimit.objects.create(
+        project=personas.project_a, pool=personas.pool, user=personas.member, max_gpus=8
+    )
+    waiting = make_job(personas, name="small", state="queued", created=timezone.now(), gpus=1)
+    body = api_client_for(personas.member).get(f"/api/v1/jobs/{waiting.pk}/advice/").json()
+    assert body["forecast"]["starts_now"] is False
+    assert body["alternatives"] == []
+
+
+def test_advice_names_a_later_start_window(personas, api_client_for, busy_alpha):
+    from django.utils import timezone
+
+    # The 8-GPU run holds the pool for another 55 minutes (its maximum runtime, no history):
+    # submitted then, the same request starts at once.
+    waiting = make_job(personas, name="small", state="queued", created=timezone.now(), gpus=1)
+    body = api_client_for(personas.member).get(f"/api/v1/jobs/{waiting.pk}/advice/").json()
+    assert abs(body["later"]["after_seconds"] - 55 * 60) <= 60
+    assert body["later"]["text"].startswith("submitted in 55 min or later")
+
+
 def test_advice_of_another_tenants_job_is_a_404(personas, api_client_for, busy_alpha):
     response = api_client_for(personas.outsider).get(f"/api/v1/jobs/{busy_alpha.pk}/advice/")
     assert response.status_code == 404

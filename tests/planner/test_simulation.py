@@ -297,3 +297,103 @@ def test_forecast_of_a_queued_job_counts_the_jobs_ahead():
 )  # fmt: skip
 def test_duration_text(seconds, text):
     assert sim.duration_text(seconds) == text
+
+
+# --- the fast run against the plain reference ------------------------------------------------
+# The simulation lets a shape that failed sleep until something it depends on changes; the
+# reference run (``_reference=True``) tries every waiting job after every admission. Random
+# small clusters with everything at once (pools, MIG, gangs' sizes, borrowing limits, three
+# priorities, start windows, a borrow threshold, preemption on and off) must give the same
+# outcomes, preemptions and borrowing included.
+def _random_snapshot(rng):
+    pools = ["a", "b"][: rng.choice([1, 1, 2])]
+    projects = [(f"p{i}", f"d{i % 2}") for i in range(rng.randint(2, 4))]
+    quotas = [
+        QuotaEntry(project, dept, pool, resource, rng.randint(0, 6), rng.choice([None, 0, 2, 4]))
+        for project, dept in projects
+        for pool in pools
+        for resource in ("gpu", "1g.10gb")
+    ]
+    capacity = {p: {"gpu": rng.randint(4, 14), "1g.10gb": rng.randint(2, 8)} for p in pools}
+    jobs = []
+    for i in range(rng.randint(5, 40)):
+        project, dept = rng.choice(projects)
+        eligible = tuple(rng.sample(pools, rng.randint(1, len(pools))))
+        minutes = rng.choice([5, 10, 30, 60, 90])
+        running = rng.random() < 0.3
+        submitted = rng.randint(-30, 60)
+        since = rng.randint(-60, 0) if running else None
+        jobs.append(
+            job(
+                f"j{i}",
+                project=project,
+                dept=dept,
+                amount=rng.choice([1, 1, 2, 3, 4, 8]),
+                minutes=minutes,
+                low=minutes / 2,
+                priority=rng.choice([LOW_PRIO, NORMAL, HIGH_PRIO]),
+                at=min(submitted, since) if running else submitted,
+                running_since=since,
+                pool=eligible[0],
+                pools=eligible,
+                resource=rng.choice(["gpu", "gpu", "1g.10gb"]),
+                eligible_at=rng.choice([0, 0, 20]),
+            )
+        )
+    return sim.Snapshot(
+        now=0.0,
+        pools=tuple(sim.Pool(slug, c) for slug, c in capacity.items()),
+        quotas=tuple(quotas),
+        jobs=tuple(jobs),
+        preemption=sim.Preemption(
+            enabled=rng.random() < 0.8, borrow_threshold=rng.choice([None, None, LOW_PRIO, NORMAL])
+        ),
+    )
+
+
+def _outcomes(result):
+    return {
+        k: (o.start, o.end, o.pool, o.preemptions, o.borrowed) for k, o in result.outcomes.items()
+    }
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_the_fast_run_equals_the_reference_run(block):
+    import random
+
+    for seed in range(block * 100, block * 100 + 100):
+        snap = _random_snapshot(random.Random(seed))
+        for scenario in (sim.HIGH, sim.LOW):
+            fast = _outcomes(sim.simulate(snap, scenario=scenario))
+            plain = _outcomes(sim.simulate(snap, scenario=scenario, _reference=True))
+            assert fast == plain, f"seed {seed}, scenario {scenario}"
+
+
+def test_preemption_made_possible_by_an_end_is_not_missed():
+    # "high" needs 3 of the pool's 4 GPUs; 3 are taken, 1 of them by a lower-priority job of
+    # its own project: evicting it is not enough. When "short" ends at 10, it is: "high" evicts
+    # "low" then, rather than waiting for "low" or "long" to end.
+    jobs = [
+        job("short", project="b", dept="e", amount=1, running_since=0, minutes=10),
+        job("long", project="b", dept="e", amount=1, running_since=0, minutes=200),
+        job("low", amount=1, running_since=0, minutes=120, priority=LOW_PRIO),
+        job("high", amount=3, at=1, priority=HIGH_PRIO),
+    ]
+    quotas = [quota("a", 4), quota("b", 2, dept="e")]
+    got = starts(snapshot(jobs, quotas, {"h100": {"gpu": 4}}))
+    assert got["high"] == 10
+
+
+def test_a_later_start_window_is_when_the_queue_ahead_has_drained():
+    jobs = [
+        job("run", amount=8, running_since=0, minutes=60),
+        job("ahead", amount=4, at=1, minutes=30),
+        job("mine", amount=4, at=2, minutes=30),
+    ]
+    snap = snapshot(jobs, [quota("a", 8)], now=5)
+    # "ahead" and "mine" both start at 60 ("ahead" ends at 90): submitted at 60 or later, a
+    # 4-GPU request starts at once; a 6-GPU one must wait for "ahead" to end.
+    assert sim.earliest_free_start(snap, jobs[2]) == (60 - 5) * MIN
+    big = job("mine", amount=6, at=2, minutes=30)
+    assert sim.earliest_free_start(snap, big) == (90 - 5) * MIN
+    assert sim.earliest_free_start(snap, job("mine", amount=16)) is None

@@ -31,7 +31,7 @@ def _snapshot() -> dict[str, list]:
 def test_seeding_twice_changes_nothing(db, fast_passwords):
     out = io.StringIO()
     call_command("seed_demo", stdout=out)
-    assert "created 13 users, 2 departments, 4 projects, 2 pools, 12 quotas" in out.getvalue()
+    assert "created 13 users, 2 departments, 4 projects, 3 pools, 14 quotas" in out.getvalue()
     first = _snapshot()
     out = io.StringIO()
     call_command("seed_demo", stdout=out)
@@ -43,8 +43,8 @@ def test_seeding_twice_changes_nothing(db, fast_passwords):
         "departments": 2,
         "projects": 4,
         "memberships": 12,
-        "pools": 2,
-        "quotas": 12,
+        "pools": 3,
+        "quotas": 14,
         "caps": 2,
         "priorities": 3,
     }

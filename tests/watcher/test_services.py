@@ -79,3 +79,28 @@ def test_pod_rows_are_upserted_by_uid_and_kept_when_the_pod_goes(make_job):
     pod = JobPod.objects.get(job=job)
     assert pod.deleted
     assert (pod.node, pod.gpu_indices) == ("node-1", [2])
+
+
+def test_a_pod_that_changes_is_updated_in_place_and_a_new_one_added_in_one_write(
+    make_job, django_assert_num_queries
+):
+    import dataclasses
+
+    from jobs.models import JobPod
+    from jobs.services import job_record_pods
+
+    job = make_job()
+    first = PodRecord(
+        uid="p1", name="gp-job-1-a", rank=0, node="node-1", phase="Pending", started_at=None,
+        finished_at=None, gpu_uuids=[], gpu_indices=[], exit_code=None, reason="", message="",
+        restart_count=0, container="trainer",
+    )  # fmt: skip
+    job_record_pods(job_id=job.pk, records=[first], present_uids={"p1"})
+    running = dataclasses.replace(first, phase="Running", gpu_indices=[0])
+    second = dataclasses.replace(first, uid="p2", name="gp-job-1-b", rank=1)
+
+    with django_assert_num_queries(2):  # the upsert, then the deleted-pods update
+        job_record_pods(job_id=job.pk, records=[running, second], present_uids={"p1", "p2"})
+
+    rows = {p.uid: (p.phase, p.gpu_indices, p.rank) for p in JobPod.objects.filter(job=job)}
+    assert rows == {"p1": ("Running", [0], 0), "p2": ("Pending", [], 1)}

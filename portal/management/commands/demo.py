@@ -131,6 +131,9 @@ def kubeconfig_ready(path: Path) -> Callable[[], bool]:
     return check
 
 
+DEMO_CLUSTER = Path(__file__).resolve().parents[1] / "demo_cluster.yaml"
+
+
 def demo_children(*, addr: str) -> list[Child]:
     """The demo's long-running processes, started in this order and stopped in reverse."""
     manage = str(Path(settings.BASE_DIR) / "manage.py")
@@ -146,6 +149,9 @@ def demo_children(*, addr: str) -> list[Child]:
         str(kubeconfig),
         "--state",
         str(var / "kubesim" / "state.json"),
+        # kubesim's default cluster plus a KAI node pool for the demo's GPU fractions
+        "--cluster",
+        str(DEMO_CLUSTER),
     ]
     celery = str(Path(sys.executable).parent / "celery")
     return [
