@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 SOURCE = "workspaces"
 NAME_MAX = 30
 # Job fields the shape decides: their errors are the shape's.
-_SHAPE_FIELDS = {"kind", "gpus", "mig_profile", "replicas"}
+_SHAPE_FIELDS = {"kind", "gpus", "mig_profile", "replicas", "gpu_fraction", "backend"}
 
 
 def per_user_limit() -> int:

@@ -3,7 +3,8 @@
 A shape is one of:
 - ``gpu:N``      N whole GPUs (1 to 8) in one pod;
 - ``mig:PROFILE`` one MIG instance, e.g. ``mig:1g.10gb``;
-- ``fraction:F`` a share of one GPU (0 < F < 1), which needs a pool with GPU sharing.
+- ``fraction:F`` a share of one GPU (0 < F < 1): a single-pod job with gpu_fraction, which
+  only a KAI pool that allows fractions admits (jobs.validation says why otherwise).
 
 Errors are sentences for the researcher; the caller names the field.
 """
@@ -53,14 +54,7 @@ class Shape:
             return {"kind": "mig", "mig_profile": self.mig_profile}
         if self.kind == GPU:
             return {"kind": "single", "gpus": self.gpus}
-        raise ShapeError(fraction_refusal())
-
-
-def fraction_refusal() -> str:
-    return (
-        "GPU fractions need a pool that shares GPUs (KAI fractions); no pool offers them to "
-        "workspaces yet. Choose a whole GPU or a MIG slice."
-    )
+        return {"kind": "single", "gpus": 0, "gpu_fraction": str(self.fraction)}
 
 
 def parse_shape(text: str) -> Shape:
@@ -90,13 +84,12 @@ def parse_shape(text: str) -> Shape:
 
 
 def check_allowed(shape_text: str, allowed: list[str], *, kind_name: str) -> Shape:
-    """The shape if the kind allows it and a pool can run it; ShapeError with the reason."""
+    """The shape if the kind allows it; ShapeError with the reason. Whether a pool of the
+    project can run it is the job validation's answer (a fraction needs a KAI pool)."""
     shape = parse_shape(shape_text)
     allowed_shapes = [str(parse_shape(a)) for a in allowed]
     if str(shape) not in allowed_shapes:
         raise ShapeError(
             f"{kind_name} does not allow {shape}; allowed: {', '.join(allowed_shapes) or 'none'}."
         )
-    if shape.kind == FRACTION:
-        raise ShapeError(fraction_refusal())
     return shape

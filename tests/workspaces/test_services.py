@@ -92,7 +92,8 @@ def test_bad_requests_are_refused_with_the_reason(org, settings):
 
     with pytest.raises(ValidationError) as exc:
         _start(org, shape="fraction:0.5")
-    assert "GPU fractions need a pool" in exc.value.message_dict["shape"][0]
+    # The job validation's reason: this project's pool runs on Kueue, not KAI.
+    assert "KAI" in " ".join(exc.value.message_dict["shape"]), exc.value.message_dict
 
     WorkspaceKind.objects.filter(slug="code-server").update(enabled=False)
     with pytest.raises(ValidationError) as exc:

@@ -13,6 +13,7 @@ ALLOWED = ["gpu:1", "mig:1g.10gb", "fraction:0.5"]
     [
         ("gpu:1", {"kind": "single", "gpus": 1}),
         ("mig:1g.10gb", {"kind": "mig", "mig_profile": "1g.10gb"}),
+        ("fraction:0.5", {"kind": "single", "gpus": 0, "gpu_fraction": "0.5"}),
     ],
 )
 def test_allowed_shapes_become_job_fields(text, job_fields):
@@ -24,7 +25,7 @@ def test_allowed_shapes_become_job_fields(text, job_fields):
     [
         ("gpu:2", "JupyterLab does not allow gpu:2; allowed: gpu:1, mig:1g.10gb, fraction:0.5"),
         ("mig:3g.40gb", "does not allow mig:3g.40gb"),
-        ("fraction:0.5", "GPU fractions need a pool that shares GPUs"),
+        ("fraction:0.25", "does not allow fraction:0.25"),
         ("gpu:9", "the number of GPUs must be 1 to 8"),
         ("gpu:0", "the number of GPUs must be 1 to 8"),
         ("mig:big", "a MIG profile looks like 1g.10gb"),
