@@ -32,6 +32,7 @@ import httpx
 import websockets
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.shortcuts import resolve_url
 
 log = logging.getLogger(__name__)
 ACCESS_CACHE_SECONDS = 5.0
@@ -256,7 +257,7 @@ async def _http(scope, receive, send, workspace_id: int, rest: str | None) -> No
 
     route = await _route(scope, workspace_id)
     if route == ANONYMOUS:
-        login = f"{settings.LOGIN_URL}?{urlencode({'next': scope['path']})}"
+        login = f"{resolve_url(settings.LOGIN_URL)}?{urlencode({'next': scope['path']})}"
         await _respond(send, 302, b"", [(b"location", login.encode()), (b"content-length", b"0")])
         return
     if route is None:
