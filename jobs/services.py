@@ -20,6 +20,7 @@ from jobs import mounts as job_mounts
 from jobs import secret_refs
 from jobs.idempotency import IdempotencyKey, raise_if_already_submitted, record_submission
 from jobs.models import Job, JobEvent, JobKind, JobPod
+from jobs.reconcile.bulk import move_rows
 from jobs.selectors import credential_facts_for_project, job_manifests, pool_facts_for_project
 from jobs.states import TERMINAL, JobState, can_transition
 from jobs.validation import JobRequest, ValidationResult, validate_job_request
@@ -181,8 +182,6 @@ def _transition_chunk(moves: list[Move], *, source: str, reconciled: bool) -> li
     with transaction.atomic():
         if connection.vendor == "postgresql":
             # One statement: lock in id order, compare-and-set, insert the events.
-            from jobs.reconcile.bulk import move_rows
-
             rows = [(m.job.pk, str(m.job.state), str(m.to), m.reason, m.message) for m in moves]
             ids = move_rows(rows, now=now, source=source, reconciled=reconciled)
             moved = [m for m in moves if m.job.pk in ids]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.conf import settings as django_settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status
+from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -16,6 +17,7 @@ from notifications import selectors, services
 from notifications.events import CHANNEL_LABELS, EVENT_LABELS
 from notifications.models import Delivery, UserSettings, WebhookEndpoint, WebhookFormat
 from portal.api import OwnerScopedViewSet, StrictCharField, router
+from portal.api_errors import PortalAutoSchema
 
 MAX_WAITING_MINUTES = 7 * 24 * 60
 
@@ -67,6 +69,13 @@ def settings_of(user) -> dict:
     }
 
 
+class SingleObjectSchema(PortalAutoSchema):
+    """The settings are one object per user: its GET on the list route is not a list."""
+
+    def _is_list_view(self, serializer=None) -> bool:
+        return False
+
+
 class NotificationSettingsViewSet(OwnerScopedViewSet):
     """Your notification settings. GET reads them; POST changes the fields it names (the
     preferences it names, and waiting_minutes when present) and answers with all of them."""
@@ -74,7 +83,15 @@ class NotificationSettingsViewSet(OwnerScopedViewSet):
     queryset = UserSettings.objects.all()
     serializer_class = NotificationSettingsSerializer
     pagination_class = None
+    filter_backends: list = []
+    # Nested preferences have no form encoding: JSON only (a form is a 415, not a silent no-op).
+    parser_classes = [JSONParser]
+    schema = SingleObjectSchema()
 
+    @extend_schema(
+        responses={200: NotificationSettingsSerializer},
+        operation_id="v1_notifications_settings_read",
+    )
     def list(self, request: Request) -> Response:
         return Response(NotificationSettingsSerializer(settings_of(request.user)).data)
 

@@ -146,7 +146,7 @@ def _imports(path: Path) -> tuple[set[str], list[str]]:
 # reconcile, and on top tasks and the HTTP layers (the pages must not import the API: below).
 LAYERS = [
     {"jobs.states", "jobs.status", "jobs.manifests", "jobs.validation", "jobs.render"},
-    {"jobs.models", "jobs.reconcile.locking"},
+    {"jobs.models", "jobs.reconcile.locking", "jobs.reconcile.bulk"},
     {"jobs.selectors"},
     {"jobs.services"},
     {"jobs.reconcile.services"},

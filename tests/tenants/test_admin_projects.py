@@ -344,6 +344,6 @@ def test_admin_lists_take_the_same_number_of_queries_for_more_rows(demo, staff_c
 def test_project_page_shows_each_quotas_maximum(demo, staff_client):
     vision = Project.objects.get(slug="vision")
     page = staff_client.get(f"/admin/tenants/project/{vision.pk}/change/").content.decode()
-    # h100 gpu 8 (+4) → 12, 1g.10gb 14 (+7) → 21, a100 gpu 4 (+4) → 8
+    # h100 gpu 8 (+4) → 12, 1g.10gb 14 (+7) → 21, a100 gpu 4 (+4) → 8, l40s-kai gpu 2 (+2) → 4
     shown = re.findall(r'<td class="field-maximum">\s*<p>(\S+?)</p>', page)
-    assert sorted(shown) == ["12", "21", "8", "—"]  # the last is the empty template row
+    assert sorted(shown) == ["12", "21", "4", "8", "—"]  # the last is the empty template row
