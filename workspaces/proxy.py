@@ -305,7 +305,7 @@ async def _http(scope, receive, send, workspace_id: int, rest: str | None) -> No
                 value = value.replace(target.prefix.encode(), b"", 1)
             out.append((lower, value))
         await send({"type": "http.response.start", "status": response.status_code, "headers": out})
-        async for chunk in response.aiter_raw():
+        async for chunk in response.aiter_raw(chunk_size=256 * 1024):  # fewer, larger sends
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
     finally:
