@@ -721,6 +721,19 @@ def job_cancel(*, actor: Any, job: Job, source: str = "api") -> Job:
     """
     if not can_write(actor, job.project):
         raise PermissionDenied(f"Your role in project '{job.project.slug}' cannot cancel jobs.")
+    return job_stop(
+        job,
+        reason="Cancelled",
+        message=f"cancelled by {getattr(actor, 'username', actor)}",
+        source=source,
+        actor=actor,
+    )
+
+
+def job_stop(job: Job, *, reason: str, message: str, source: str, actor: Any = None) -> Job:
+    """Cancel without a role check, with its own reason: job_cancel after its check, and the
+    portal's own stops (an idle workspace; actor None). The job becomes Cancelled and its
+    objects are deleted after commit."""
     for _ in range(5):
         current = Job.objects.filter(pk=job.pk).values_list("state", flat=True).first()
         if current is None:
@@ -733,8 +746,8 @@ def job_cancel(*, actor: Any, job: Job, source: str = "api") -> Job:
                     job,
                     to=JobState.CANCELLED,
                     expected_from=current,
-                    reason="Cancelled",
-                    message=f"cancelled by {getattr(actor, 'username', actor)}",
+                    reason=reason,
+                    message=message,
                     source=source,
                 )
                 Job.objects.filter(pk=job.pk).update(cleanup_pending=True)

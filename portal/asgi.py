@@ -11,6 +11,11 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 application = get_asgi_application()
 
+from workspaces.proxy import WorkspaceProxy  # noqa: E402 - needs the settings loaded
+
+# /ws/<id>/ (HTTP and WebSocket) goes to the workspaces' proxy, everything else to Django.
+application = WorkspaceProxy(application)
+
 from portal.runtime import freeze_startup_heap  # noqa: E402 - after the application is loaded
 
 freeze_startup_heap()

@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "notifications",  # e-mail and webhook notifications per user
     "governance",  # per-member GPU limits, temporary quota requests
     "planner",  # start-time forecast, pending advice, right-sizing, quota what-if
+    "workspaces",  # interactive JupyterLab / code-server sessions behind the portal's proxy
 ]
 
 MIDDLEWARE = [
@@ -462,6 +463,23 @@ if env.bool("PORTAL_METRICS_ENABLED", default=True):
         "options": {"expires": PORTAL_METRICS_MAINTAIN_SECONDS},
     }
 # --- end GPU metrics ----------------------------------------------------------------------------
+
+# --- Workspaces (workspaces app) ---------------------------------------------------------------
+# How the proxy reaches a workspace's Service: auto, api-server or direct
+# (portal/kube/service_proxy.py).
+PORTAL_WORKSPACE_ROUTE = env.str("PORTAL_WORKSPACE_ROUTE", default="auto")
+# Running or queued workspaces one person may have at once.
+PORTAL_WORKSPACES_PER_USER = env.int("PORTAL_WORKSPACES_PER_USER", default=2)
+# Browser activity through the proxy is written at most this often per workspace.
+PORTAL_WORKSPACE_TOUCH_SECONDS = env.float("PORTAL_WORKSPACE_TOUCH_SECONDS", default=30.0)
+# How often idle workspaces are looked for (and their Services checked).
+PORTAL_WORKSPACE_CULL_SECONDS = env.float("PORTAL_WORKSPACE_CULL_SECONDS", default=60.0)
+CELERY_BEAT_SCHEDULE["workspaces-cull"] = {
+    "task": "workspaces.tasks.cull",
+    "schedule": celery_schedule(PORTAL_WORKSPACE_CULL_SECONDS),
+    "options": {"expires": PORTAL_WORKSPACE_CULL_SECONDS},
+}
+# --- end workspaces -----------------------------------------------------------------------------
 
 # --- Notifications (notifications app) ---------------------------------------------------------
 # E-mail goes through Django's mail with these SMTP settings. Without EMAIL_HOST the messages are

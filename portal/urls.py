@@ -17,6 +17,7 @@ urlpatterns = [
     path("jobs/", include("jobs.urls")),
     path("", include("governance.urls")),
     path("planner/", include("planner.urls")),
+    path("workspaces/", include("workspaces.urls")),
     path("notifications/", include("notifications.urls")),
     path("cluster/", ClusterView.as_view(), name="cluster"),
     path("overview/", OverviewView.as_view(), name="overview"),

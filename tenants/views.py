@@ -37,6 +37,7 @@ from tenants.services import (
     token_create,
     token_revoke,
 )
+from workspaces.selectors import workspace_rows
 
 
 class HomeView(LoginRequiredMixin, TemplateView):
@@ -53,6 +54,7 @@ class HomeView(LoginRequiredMixin, TemplateView):
         context["projects"] = [(project, bars.get(project.pk, [])) for project in projects]
         context["my_jobs"] = list(page_selectors.my_active_jobs(user=user))
         context["gpu_hours"] = page_selectors.my_gpu_hours_this_week(user=user)
+        context["my_workspaces"] = workspace_rows(user)
         # my_role is annotated on each project: no extra query to know whether I may submit.
         context["can_submit"] = user.is_staff or any(
             getattr(p, "my_role", None) in WRITER_ROLES for p in projects

@@ -914,6 +914,89 @@ def wait(client: Client, job_ids: tuple[int, ...], timeout: str | None, as_json:
     sys.exit(EXIT_OK if all_ok else EXIT_JOB_FAILED)
 
 
+# --- workspaces ------------------------------------------------------------------------------
+
+
+@cli.group()
+def workspace() -> None:
+    """Interactive workspaces (JupyterLab, VS Code) opened through the portal."""
+
+
+@workspace.command("start")
+@click.option("--project", "-p", required=True, help="Project slug.")
+@click.option("--kind", "-k", default="jupyterlab", show_default=True, help="Workspace kind.")
+@click.option("--shape", "-s", default="", help="gpu:N or mig:PROFILE (default: the kind's).")
+@click.option("--name", default="", help="Workspace name (default: generated).")
+@click.option("--volume", "volumes", multiple=True, help="Data volume to mount (repeatable).")
+@click.option("--shared", is_flag=True, help="Let the project's members open it too.")
+@json_option
+@api
+def workspace_start(
+    client: Client,
+    project: str,
+    kind: str,
+    shape: str,
+    name: str,
+    volumes: tuple[str, ...],
+    shared: bool,
+    as_json: bool,
+) -> None:
+    """Start a workspace; it queues like a job and opens in the browser once running.
+
+    \b
+    Example:
+      gpuportal workspace start -p vision -s mig:1g.10gb --volume datasets
+    """
+    body = {"project": project, "kind": kind, "shape": shape, "name": name, "shared": shared}
+    body["mounts"] = [{"volume": v} for v in volumes]
+    ws = client.post("/api/v1/workspaces/", body)
+    if as_json:
+        emit_json(ws)
+        return
+    click.echo(f"Workspace {ws['id']} ({ws['name']}) is {ws['state']}.")
+    click.echo(f"Open it at {client.base}{ws['url']} once it runs.")
+
+
+@workspace.command("list")
+@json_option
+@api
+def workspace_list(client: Client, as_json: bool) -> None:
+    """Your workspaces (and those shared with you)."""
+    found = client.get("/api/v1/workspaces/").get("results", [])
+    if as_json:
+        emit_json(found)
+        return
+    keys = ("id", "name", "kind", "project", "shape", "state")
+    rows = [[*(w[k] for k in keys), client.base + w["url"]] for w in found]
+    echo_table(["id", "name", "kind", "project", "shape", "state", "url"], rows, "No workspaces.")
+
+
+@workspace.command("stop")
+@click.argument("workspace_id", type=int)
+@json_option
+@api
+def workspace_stop(client: Client, workspace_id: int, as_json: bool) -> None:
+    """Stop a workspace; its volumes are kept for `workspace again`."""
+    ws = client.post(f"/api/v1/workspaces/{workspace_id}/stop/")
+    if as_json:
+        emit_json(ws)
+        return
+    click.echo(f"Workspace {workspace_id} ({ws['name']}) is stopping.")
+
+
+@workspace.command("again")
+@click.argument("workspace_id", type=int)
+@json_option
+@api
+def workspace_again(client: Client, workspace_id: int, as_json: bool) -> None:
+    """Start a stopped workspace again, with the same volumes."""
+    ws = client.post(f"/api/v1/workspaces/{workspace_id}/start/")
+    if as_json:
+        emit_json(ws)
+        return
+    click.echo(f"Workspace {workspace_id} ({ws['name']}) is {ws['state']}.")
+
+
 # --- shell completion -----------------------------------------------------------------------
 
 

@@ -219,6 +219,9 @@ async def serve(options: argparse.Namespace) -> int:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await server.stop()
+    from kubesim.controllers.node.workspace_apps import APPS
+
+    APPS.stop_all()  # the workspace images' real servers
     if options.state is not None:
         write_atomically(options.state, store.dump())
     for leftover in workdir.iterdir():

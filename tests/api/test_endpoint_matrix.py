@@ -255,6 +255,32 @@ def _assert_element_resubmitted(p, persona: str) -> None:
     )
 
 
+def _workspace_in_a(p) -> Any:
+    """A running JupyterLab workspace of the member in project A, shared with the project."""
+    from workspaces.models import Workspace, WorkspaceKind
+
+    job = _job_in_a(p)
+    kind = WorkspaceKind.objects.get(slug="jupyterlab")
+    workspace, _ = Workspace.objects.get_or_create(
+        project=p.project_a,
+        name="nb",
+        defaults={"owner": p.member, "kind": kind, "shape": "gpu:1", "shared": True, "job": job},
+    )
+    return workspace
+
+
+def _assert_workspace_started(p, persona: str) -> None:
+    from workspaces.models import Workspace
+
+    started = Workspace.objects.filter(project=p.project_a, owner=p.by_name(persona)).last()
+    assert started.job.state == "submitted"
+    assert started.job.gpus == 1
+
+
+def _assert_workspace_stopped(p, persona: str) -> None:
+    assert _workspace_in_a(p).job.state == "cancelled"
+
+
 def _template_in_a(p) -> Any:
     from jobs.models import JobTemplate
 
@@ -465,6 +491,27 @@ CASES: dict[str, Case] = {
         },
         after={"cancel": _assert_array_cancelled, "resubmit_failed": _assert_element_resubmitted},
     ),
+    "workspaces": Case(
+        target=lambda p: str(_workspace_in_a(p).pk),
+        # Shared with the project's writers only: viewers do not list it (checked in the
+        # workspaces tests), so the generic "listed" check does not apply.
+        listed=None,
+        payloads={"create": lambda p: {"project": "alpha", "kind": "jupyterlab", "shape": "gpu:1"}},
+        expect={
+            "list": LIST_OK,
+            "retrieve": {**READ_ALL_IN_PROJECT, "viewer": 404},
+            "create": {"outsider": 400, "viewer": 403, "member": 201, "admin": 201, "staff": 201},
+            "stop": {**WRITERS, "viewer": 404},
+            # Only the owner starts it again, and only once it stopped (it is running here).
+            "start": {"outsider": 404, "viewer": 404, "member": 400, "admin": 403, "staff": 403},
+        },
+        after={"create": _assert_workspace_started, "stop": _assert_workspace_stopped},
+    ),
+    "workspace-kinds": Case(
+        target=lambda p: "jupyterlab",
+        listed=lambda p, results: any(r["slug"] == "jupyterlab" for r in results),
+        expect={"list": LIST_OK, "retrieve": dict.fromkeys(PERSONA_NAMES, 200)},
+    ),
     "templates": Case(
         target=lambda p: str(_template_in_a(p).pk),
         listed=lambda p, results: any(r["id"] == _template_in_a(p).pk for r in results),
@@ -659,7 +706,7 @@ def test_endpoint_answers_each_persona(endpoint, persona, personas, api_client_f
         assert body["detail"]
         assert isinstance(body["errors"], dict)
     if endpoint.action == "list" and case.listed is not None:
-        visible = persona != "outsider" or endpoint.basename == "pools"
+        visible = persona != "outsider" or endpoint.basename in ("pools", "workspace-kinds")
         assert case.listed(personas, response.json()["results"]) is visible
     if response.status_code < 300 and endpoint.action in case.after:
         case.after[endpoint.action](personas, persona)

@@ -49,6 +49,7 @@ from kubesim.cluster import (
     Gpu,
     NodeSpec,
 )
+from kubesim.controllers.node import workspace_apps
 
 # (field, prometheus type, help) in default-counters.csv order.
 COUNTERS = [
@@ -522,6 +523,9 @@ class Exporter:
                 details={"name": pod_name, "kind": "pods"},
             )
         pod_ip = (pod.get("status") or {}).get("podIP") or ""
+        app_port = workspace_apps.APPS.port_for_pod(namespace, pod_name)
+        if app_port is not None:  # a workspace image's real server (workspace_apps)
+            return await workspace_apps.APPS.forward(request, app_port, rest)
         port = port or "80"
         labels = pod["metadata"].get("labels") or {}
         node_name = (pod.get("spec") or {}).get("nodeName") or ""
@@ -552,6 +556,18 @@ class Exporter:
                 details={"name": service_name, "kind": "services"},
             )
         if namespace != GPU_OPERATOR_NAMESPACE or service_name != DCGM_APP_LABEL:
+            selector = (service.get("spec") or {}).get("selector") or {}
+            if selector:
+                pods = self.store.list(
+                    "v1",
+                    "Pod",
+                    namespace,
+                    label_selector=",".join(f"{k}={v}" for k, v in sorted(selector.items())),
+                )
+                for pod in pods:
+                    app_port = workspace_apps.APPS.port_for_pod(namespace, pod["metadata"]["name"])
+                    if app_port is not None:
+                        return await workspace_apps.APPS.forward(request, app_port, rest)
             raise ApiError(
                 503, "ServiceUnavailable", f'no endpoints available for service "{service_name}"'
             )

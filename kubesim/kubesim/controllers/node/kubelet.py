@@ -20,6 +20,7 @@ import contextlib
 import datetime
 import hashlib
 import json
+import math
 import traceback
 import zlib
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from kubesim.clock import parse_rfc3339, rfc3339
 from kubesim.cluster import SYSTEM_POD_ANNOTATION, Cluster, node_resources, ready_conditions
 from kubesim.controllers import events, storage
 from kubesim.controllers.context import follow
-from kubesim.controllers.node import pod_config, shell
+from kubesim.controllers.node import pod_config, shell, workspace_apps
 from kubesim.controllers.scheduler import quantity_units
 
 FIELD_MANAGER = "kubelet"
@@ -597,6 +598,7 @@ class PodRunner:
         except Exception:  # keep the kubelet alive; the pod stays as last reported
             traceback.print_exc()
         finally:
+            workspace_apps.APPS.stop(self.uid)
             self.kubelet.devices.release(self.node, self.namespace, self.name, self.uid)
             self.finished = True
             if self.kubelet.runners.get(self.key) is self:
@@ -799,7 +801,19 @@ class PodRunner:
             if not await self._config_ready(container, run, field_path):
                 return False
             env = self.env_for(container)
-            timeline = shell.plan(container, env, self.kubelet.default_duration)
+            if workspace_apps.app_for_image(container.get("image", "")):
+                # A workspace image runs its real server until the pod stops (workspace_apps).
+                note = workspace_apps.APPS.start(
+                    uid=self.uid,
+                    namespace=self.namespace,
+                    name=self.name,
+                    container=container,
+                    env=env,
+                    gpus=self.container_gpus(run.name),
+                )
+                timeline = shell.Timeline(lines=[(0.0, note)], duration=math.inf)
+            else:
+                timeline = shell.plan(container, env, self.kubelet.default_duration)
             self.record("Created", f"Created container: {run.name}", field_path=field_path)
             attempt = Attempt(
                 started=self.clock.time(),

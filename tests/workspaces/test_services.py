@@ -1,0 +1,133 @@
+"""Starting and stopping workspaces through the job machinery (kubesim, in-process)."""
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from tests.jobs.kubesim_org import reconcile_until
+from tests.workspaces.conftest import JUPYTER
+
+pytestmark = [pytest.mark.kubesim, pytest.mark.django_db]
+
+
+def _start(org, **kw):
+    from workspaces.services import workspace_start
+
+    kw.setdefault("kind", JUPYTER)
+    kw.setdefault("shape", "mig:1g.10gb")
+    return workspace_start(actor=org["user"], project=org["project"], **kw)
+
+
+def _services(org, ws):
+    from portal.kube import apply as kube
+
+    return kube.list_owned(
+        "v1",
+        "Service",
+        namespace=org["project"].namespace,
+        selector=f"gpu-portal.io/workspace-id={ws.pk}",
+    )
+
+
+def _wait_for_status(ws, timeout=60.0):
+    import time
+
+    from portal.kube.apply import RetryableKubeError
+    from workspaces.upstream import kernel_last_activity
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return kernel_last_activity(ws)
+        except RetryableKubeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def test_a_workspace_runs_as_a_job_with_a_service_and_stops_and_starts_again(org):
+    from jobs.reconcile.services import job_reconcile
+    from workspaces.selectors import state_of
+    from workspaces.services import workspace_start_again, workspace_stop, workspace_sync
+
+    ws = _start(org, name="nb")
+    job = ws.job
+    assert (job.kind, job.mig_profile, job.image) == ("mig", "1g.10gb", ws.kind.image)
+    assert f"--ServerApp.base_url=/ws/{ws.pk}/" in job.command
+    assert job.env["JUPYTER_TOKEN"] == ws.token
+    assert job.max_runtime_minutes == ws.kind.max_lifetime_minutes
+    assert state_of(ws) == "queued"
+
+    assert workspace_sync(ws.pk) == "applied"
+    assert len(_services(org, ws)) == 1
+    reconcile_until(job, {"running"})
+    ws.refresh_from_db()
+    assert state_of(ws) == "running"
+    # kubesim runs the real Jupyter server; the portal reads its activity through the API
+    # server's service proxy with the workspace's token.
+    assert _wait_for_status(ws) is not None
+
+    workspace_stop(actor=org["user"], workspace=ws)
+    assert job_reconcile(job_id=job.pk) == "deleted"
+    assert workspace_sync(ws.pk) == "deleted"
+    assert _services(org, ws) == []
+    ws.refresh_from_db()
+    assert state_of(ws) == "stopped"
+    assert ws.stopped_reason == f"stopped by {org['user'].username}"
+
+    first_token = ws.token
+    workspace_start_again(actor=org["user"], workspace=ws)
+    ws.refresh_from_db()
+    assert ws.runs == 2
+    assert ws.job_id != job.pk
+    assert ws.token != first_token
+    assert ws.job.mig_profile == "1g.10gb"
+
+
+def test_bad_requests_are_refused_with_the_reason(org, settings):
+    from workspaces.models import WorkspaceKind
+
+    with pytest.raises(ValidationError) as exc:
+        _start(org, shape="gpu:4")
+    assert "does not allow gpu:4" in exc.value.message_dict["shape"][0]
+
+    with pytest.raises(ValidationError) as exc:
+        _start(org, shape="fraction:0.5")
+    # The job validation's reason: this project's pool runs on Kueue, not KAI.
+    assert "KAI" in " ".join(exc.value.message_dict["shape"]), exc.value.message_dict
+
+    WorkspaceKind.objects.filter(slug="code-server").update(enabled=False)
+    with pytest.raises(ValidationError) as exc:
+        _start(org, kind="code-server", shape="gpu:1")
+    assert "disabled by the administrators" in exc.value.message_dict["kind"][0]
+
+    settings.PORTAL_WORKSPACES_PER_USER = 1
+    _start(org, name="first")
+    with pytest.raises(ValidationError) as exc:
+        _start(org, name="second")
+    assert "You already have 1 workspace(s)" in exc.value.message_dict["kind"][0]
+
+
+def test_idle_workspaces_are_stopped_and_busy_ones_kept(org):
+    import datetime
+
+    from django.utils import timezone
+
+    from jobs.states import JobState
+    from workspaces.models import Workspace
+    from workspaces.services import workspace_cull
+
+    idle, busy = _start(org, name="idle"), _start(org, name="busy", shape="gpu:1")
+    long_ago = timezone.now() - datetime.timedelta(hours=3)
+    for ws in (idle, busy):
+        type(ws.job).objects.filter(pk=ws.job_id).update(
+            state=JobState.RUNNING, state_changed_at=long_ago
+        )
+    Workspace.objects.filter(pk__in=[idle.pk, busy.pk]).update(last_activity_at=long_ago)
+
+    def kernel(ws):  # Jupyter's last_activity: the busy one's kernel ran a minute ago
+        return timezone.now() - datetime.timedelta(minutes=1) if ws.pk == busy.pk else None
+
+    assert workspace_cull(kernel_activity=kernel) == [idle.pk]
+    idle.refresh_from_db()
+    assert idle.job.state == "cancelled"
+    assert "without activity" in idle.stopped_reason
