@@ -157,6 +157,20 @@ class JobSerializer(serializers.ModelSerializer):
     gpu_memory = serializers.IntegerField(
         read_only=True, allow_null=True, help_text="MiB of one GPU asked for (KAI pools)."
     )
+    # Issue 26: what the job page says about the GPU's sharing, and the DRA device asked for.
+    isolation = serializers.CharField(
+        read_only=True,
+        help_text="One sentence: what isolation the job's GPU has (exclusive, MIG, "
+        "time-slicing or MPS), from its pool's sharing mode.",
+    )
+    device_request = serializers.SerializerMethodField(
+        help_text="DRA-managed pools: the device asked for by its attributes, e.g. "
+        '{"min_memory": "40Gi"}; empty otherwise.'
+    )
+
+    @extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
+    def get_device_request(self, job: Job) -> dict:
+        return dict(job.device_request or {})
 
     @extend_schema_field(
         {"type": "array", "items": {"type": "object", "additionalProperties": True}}
@@ -201,6 +215,8 @@ class JobSerializer(serializers.ModelSerializer):
             "resume_from",
             "gpu_fraction",
             "gpu_memory",
+            "isolation",
+            "device_request",
         ]
         read_only_fields = fields
 
