@@ -130,7 +130,7 @@ def test_job_pages_and_cluster_page_say_which_isolation_each_job_has(
         reconcile_until(job, {"running"})
 
     def gpus_recorded():
-        record_pods(shared)
+        record_pods((*shared, whole, mig))  # the job pages' "Where it ran"
         uuids = [tuple(p.gpu_uuids) for p in JobPod.objects.filter(job__in=shared)]
         return set(uuids) if len(uuids) == len(shared) and all(uuids) else None
 

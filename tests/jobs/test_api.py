@@ -40,6 +40,10 @@ def test_submit_answers_201_submitted_and_enqueues_only_after_commit(
     assert body["backend"] == "kueue"
     assert body["pool"] is None
     assert body["events"][0]["to_state"] == "submitted"
+    # No pool named: exclusive pools only, and the job says so (issue 26)
+    assert body["isolation"].startswith("Exclusive: the whole GPU is yours")
+    assert body["device_request"] == {}
+    assert client.get(f"{URL}{body['id']}/").json()["isolation"] == body["isolation"]
     assert len(callbacks) == 1  # the reconcile is queued on commit, not before
     assert Job.objects.get(pk=body["id"]).applied_at is None
 
