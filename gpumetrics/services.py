@@ -107,14 +107,15 @@ def _shared_gpus(readings: list[DeviceReading]) -> dict[str, dict[int, float]]:
     uuids = {r.key.uuid for r in readings if r.namespace == KAI_RESERVATION_NAMESPACE}
     if not uuids:
         return {}
-    match = Q()
-    for uuid in uuids:
-        match |= Q(gpu_uuids__contains=[uuid])
-    rows = list(
-        JobPod.objects.filter(match, deleted=False, job__state__in=sorted(ACTIVE))
+    # Live fraction pods are few; their UUIDs are matched here rather than with a JSON
+    # containment lookup, which SQLite (the demo's database) does not have.
+    rows = [
+        (job_id, held)
+        for job_id, held in JobPod.objects.filter(deleted=False, job__state__in=sorted(ACTIVE))
         .exclude(gpu_group="")
         .values_list("job_id", "gpu_uuids")
-    )
+        if uuids.intersection(held or ())
+    ]
     from jobs.selectors import fraction_shares  # jobs' reads; gpumetrics sits above jobs
 
     shares = fraction_shares({job_id for job_id, _ in rows})

@@ -86,6 +86,18 @@ class ProjectQuotaFactory(factory.django.DjangoModelFactory):
     borrowing_limit = None
 
 
+def ensure_workspace_kinds() -> None:
+    """The workspace kinds the seed migration gives every install (JupyterLab, code-server), for
+    tests after a transactional test flushed the tables."""
+    import importlib
+
+    from workspaces.models import WorkspaceKind
+
+    seed = importlib.import_module("workspaces.migrations.0002_default_kinds")
+    for values in seed.DEFAULTS:
+        WorkspaceKind.objects.get_or_create(slug=values["slug"], defaults=values)
+
+
 def ensure_priority_classes() -> None:
     """The default priority classes, with the values the seed migration gives every install
     (transactional tests flush the tables, so they cannot rely on the migration's rows)."""

@@ -19,17 +19,17 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 PROJECT = PYPROJECT["project"]
 KUBESIM_PROJECT = tomllib.loads((REPO / "kubesim" / "pyproject.toml").read_text())["project"]
 # What kubesim needs and the portal does not. (cryptography is both's: kubesim signs its serving
-# certificates with it, the portal's single sign-on checks ID token signatures through Authlib.)
+# certificates with it, the portal's single sign-on checks ID token signatures through Authlib;
+# orjson too: kubesim encodes with it, the portal's watcher decodes watch events with it.)
 SIM_PACKAGES = {
     "aiohttp",
     "common-expression-language",
     "jsonpatch",
-    "orjson",
     "kubernetes-validate",
 }
 # Their import names, blocked in the import test (aiohttp is left out: the kubernetes client
 # itself requires it, so a production install has it anyway).
-SIM_MODULES = ["cel", "jsonpatch", "orjson", "kubernetes_validate", "kubesim"]
+SIM_MODULES = ["cel", "jsonpatch", "kubernetes_validate", "kubesim"]
 
 
 def names(requirements: list[str]) -> set[str]:

@@ -160,12 +160,29 @@ def _org(tag: str) -> dict:
     )
     ProjectQuotaFactory(project=project, pool=pool, resource="gpu", nominal=16)
     ProjectQuotaFactory(project=project, pool=pool, resource="1g.10gb", nominal=4)
+    # A DRA-managed pool: its jobs bring a ResourceClaimTemplate each.
+    dra_pool = GpuPoolFactory(
+        slug=f"dra-{tag}",
+        gpu_model=H100,
+        node_labels={"nvidia.com/dra-driver-gpu.enabled": "true"},
+        node_count=1,
+        gpus_per_node=2,
+        dra_managed=True,
+    )
+    ProjectQuotaFactory(project=project, pool=dra_pool, resource="gpu", nominal=2)
     admin = UserFactory(username=f"admin-{tag}")
     member = UserFactory(username=f"member-{tag}")
     staff = UserFactory(username=f"staff-{tag}", is_staff=True, is_superuser=True)
     MembershipFactory(user=admin, project=project, role="admin")
     MembershipFactory(user=member, project=project, role="member")
-    return {"project": project, "pool": pool, "admin": admin, "member": member, "staff": staff}
+    return {
+        "project": project,
+        "pool": pool,
+        "dra_pool": dra_pool,
+        "admin": admin,
+        "member": member,
+        "staff": staff,
+    }
 
 
 def _api_as(user):
@@ -447,6 +464,13 @@ def _step_jobs(probe: Probe, org: dict) -> None:
         job = Job.objects.get(pk=job_id)
         if job.state_reason in ("NotPermitted", "StatusUnreadable", "Rejected"):
             probe.note(f"{name} job", "the job's status", _job_message(job_id))
+    # a DRA job: a device asked by attribute, through the job's own ResourceClaimTemplate
+    dra = {"kind": "single", "gpus": 1, "pool": org["dra_pool"].slug}
+    job_id = _submit(client, org["project"].slug, {**dra, "device": {"min_memory": "40Gi"}})["id"]
+    for _ in range(2):
+        _reconcile(probe, job_id)
+    if Job.objects.get(pk=job_id).state_reason in ("NotPermitted", "StatusUnreadable", "Rejected"):
+        probe.note("dra job", "the job's status", _job_message(job_id))
     # cancel one: its objects are deleted (after keeping its last log lines)
     job = Job.objects.filter(project=org["project"], kind="gang", backend="kueue").first()
     job_cancel(actor=org["member"], job=job)
@@ -464,6 +488,28 @@ def _reconcile(probe: Probe, job_id: int) -> None:
         job_reconcile(job_id=job_id)
     except KubeError as exc:
         probe.note(f"reconcile {job_id}", "the task's retry", exc.message)
+
+
+def _step_workspace_proxy(probe: Probe, org: dict) -> None:
+    """What the /ws/<id>/ proxy sends through the API server's service proxy (a workspace's
+    Service need not exist: a refusal comes before the API server looks for it)."""
+    import httpx
+    from django.test import override_settings
+
+    from portal.kube.service_proxy import API_SERVER, service_target
+    from tenants.models import namespace_for_slug
+
+    with override_settings(PORTAL_WORKSPACE_ROUTE=API_SERVER):
+        target = service_target(namespace_for_slug(org["project"].slug), "gp-ws-0", 8888)
+    response = httpx.get(
+        target.base_url + "/api/status",
+        headers=target.headers,
+        verify=target.ssl_context or True,
+        timeout=30,
+    )
+    if response.status_code == 403:
+        message = response.json().get("message", response.text)
+        probe.note("workspace proxy", "the browser (the API server's Status)", message)
 
 
 def _step_resync(probe: Probe) -> None:
@@ -600,6 +646,7 @@ def _run_steps(probe: Probe, org: dict) -> None:
     _step_cluster_page(probe, org["staff"])
     _step_credentials(probe, org)
     _step_volumes(probe, org)
+    _step_workspace_proxy(probe, org)
 
 
 def _reduced(case: RuleCase) -> dict:

@@ -92,9 +92,11 @@ def _mig_in_use(project_slug: str) -> str:
 
 
 def test_jupyter_workspace_on_a_mig_slice_through_the_portal(e2e_org, portal_server, page_for):
+    from tests.factories import ensure_workspace_kinds
     from workspaces.models import Workspace
     from workspaces.services import workspace_cull
 
+    ensure_workspace_kinds()  # earlier transactional tests flushed the seeded kinds
     bob, oscar = e2e_org["bob"], e2e_org["oscar"]
     page = page_for(bob)
     page.goto(portal_server.url + "/workspaces/")

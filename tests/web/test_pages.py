@@ -130,8 +130,8 @@ def test_home_query_count_does_not_grow_with_projects(
         MembershipFactory(user=personas.member, project=project, role="member")
         ProjectQuotaFactory(project=project, pool=personas.pool, nominal=1)
     client = web_client_for(personas.member)
-    # Session, user, projects, quota (3), usage, my jobs, my GPU-hours.
-    with django_assert_max_num_queries(9):
+    # Session, user, projects, quota (3), usage, my jobs, my GPU-hours, my workspaces.
+    with django_assert_max_num_queries(10):
         response = client.get("/")
     assert response.content.decode().count('class="card project"') == 16
 
