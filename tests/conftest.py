@@ -127,6 +127,16 @@ def django_db_modify_db_settings(
     database["TEST"]["TEMPLATE"] = template
 
 
+# The two slowest modules (a fresh venv for kubesim alone; the production image, built once per
+# module) are collected last and made the suite's tail: one worker busy for minutes after the
+# others had finished. Started first, the other workers take the rest meanwhile (worksteal).
+FIRST_MODULES = ("tests/test_packaging.py", "tests/test_image.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in FIRST_MODULES)
+
+
 def pytest_sessionfinish(session):
     """The xdist controller drops the template database its workers copied theirs from."""
     config = session.config
