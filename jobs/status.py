@@ -384,6 +384,19 @@ def with_shared_gpu(record: PodRecord, reservations: dict[str, tuple[str, str, s
     return dataclasses.replace(record, gpu_uuids=[found[2]])
 
 
+def dra_claim_names(pod: dict[str, Any]) -> list[str]:
+    """The ResourceClaims made for a DRA pod (status.resourceClaimStatuses); [] for others."""
+    statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    return [str(s["resourceClaimName"]) for s in statuses if s.get("resourceClaimName")]
+
+
+def with_gpu_uuids(record: PodRecord, uuids: list[str]) -> PodRecord:
+    """The record naming these GPUs, unless it names some already (the kubelet's word wins)."""
+    if record.gpu_uuids or not uuids:
+        return record
+    return dataclasses.replace(record, gpu_uuids=list(uuids))
+
+
 def pod_record(pod: dict[str, Any]) -> PodRecord:
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     annotations = meta.get("annotations") or {}

@@ -27,7 +27,7 @@ from governance.selectors import (
 from jobs.models import Job, JobKind
 from jobs.selectors import pool_facts_for_project
 from jobs.services import job_submit
-from jobs.submission.forms import fields_of_job
+from jobs.submission.again import fields_of_job
 from planner import selectors
 from planner import simulation as sim
 from quotas.arithmetic import FULL_GPU, resource_sort_key

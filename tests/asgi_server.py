@@ -53,6 +53,9 @@ class AsgiServer:
                     str(self.port),
                     "--log-level",
                     "warning",
+                    # An open event stream would otherwise hold every stop for its 15 s wait.
+                    "--timeout-graceful-shutdown",
+                    "2",
                 ],
                 cwd=REPO,
                 env=self.env,

@@ -8,13 +8,14 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
+from planner.selectors import forecast_for_queued
 from tenants.permissions import WRITER_ROLES
 from tenants.selectors import project_list_visible_to
 from workspaces import selectors
 from workspaces.forms import WorkspaceForm
 from workspaces.models import WorkspaceKind
 from workspaces.services import workspace_start, workspace_start_again, workspace_stop
-from workspaces.states import LABELS
+from workspaces.states import LABELS, QUEUED
 
 
 def _writable_projects(user):
@@ -80,10 +81,17 @@ class WorkspaceDetailView(LoginRequiredMixin, View):
             "label": LABELS[state],
             "time_left": selectors.time_left(ws),
         }
+        # When a waiting workspace would likely start: the same forecast as a waiting job's.
+        forecast = forecast_for_queued(ws.job) if ws.job_id and state == QUEUED else None
         return render(
             request,
             "workspaces/detail.html",
-            {**row, "is_owner": ws.owner_id == request.user.pk, "job": ws.job},
+            {
+                **row,
+                "is_owner": ws.owner_id == request.user.pk,
+                "job": ws.job,
+                "forecast": forecast,
+            },
         )
 
 

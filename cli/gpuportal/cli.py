@@ -854,6 +854,35 @@ def cancel(client: Client, job_ids: tuple[int, ...], as_json: bool) -> None:
     sys.exit(worst)
 
 
+@cli.command()
+@click.argument("job_id", metavar="JOB", type=int)
+@click.option("--wait", "wait_", is_flag=True, help="Block until the new job ends.")
+@json_option
+@api
+def resubmit(client: Client, job_id: int, wait_: bool, as_json: bool) -> None:
+    """Submit a job again: a new job with the same request (the old one is left as it is).
+
+    \b
+    Example:
+      gpuportal resubmit 42 --wait
+    """
+    job = client.post(job_path(job_id, "resubmit/"))
+    if not as_json:
+        _print_warnings(job)
+    if not wait_:
+        if as_json:
+            emit_json(job)
+        else:
+            click.echo(f"Submitted job {job['id']} ({job['name']}), again of job {job_id}.")
+        return
+    if not as_json:
+        click.echo(f"Submitted job {job['id']} ({job['name']}); waiting for it to end...")
+    final = _wait_for(client, [job["id"]], timeout=None, quiet=as_json)
+    if as_json:
+        emit_json(final[0])
+    sys.exit(EXIT_OK if final[0]["state"] == "succeeded" else EXIT_JOB_FAILED)
+
+
 def _wait_for(
     client: Client, job_ids: list[int], *, timeout: float | None, quiet: bool
 ) -> list[dict]:

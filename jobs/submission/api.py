@@ -28,6 +28,7 @@ from jobs.render import manifests_yaml
 from jobs.selectors import job_manifests, writable_project_ids
 from jobs.services import InvalidTransition, job_cancel, job_submit
 from jobs.states import JobState
+from jobs.submission.again import fields_of_job
 from jobs.submission.filters import JobFilter
 from jobs.validation import BACKENDS, PRIORITIES
 from planner.selectors import forecast_dict
@@ -524,13 +525,18 @@ class JobViewSet(
                 "forecast": forecast_dict(outcome.unsaved) if outcome.validation.ok else None,
             }
             return Response(body, status=status.HTTP_200_OK)
-        # The stored job as it is in memory (no re-read): its one event is the submission.
+        return self._created(outcome)
+
+    def _created(self, outcome) -> Response:
+        """201 with the stored job as it is in memory (no re-read): its one event is the
+        submission."""
         context = self.get_serializer_context()
         # job_submit has just checked that the submitter may write in the project: the env's
         # values are theirs to read without asking the database again.
         context["_env_readable"] = {outcome.job.project_id: True}
         data = JobSerializer(outcome.job, context=context).data
         data["events"] = JobEventSerializer(outcome.events, many=True).data
+        data["pods"] = []  # none yet: the job was only stored
         # Advice (e.g. a plain value that looks like a credential); the job was stored.
         data["warnings"] = outcome.warnings
         return Response(data, status=status.HTTP_201_CREATED)
@@ -621,6 +627,32 @@ class JobViewSet(
             raise exceptions.PermissionDenied(str(exc)) from exc
         job = self.shape_queryset(Job.objects.filter(pk=job.pk)).prefetch_related("events").get()
         return Response(JobDetailSerializer(job, context=self.get_serializer_context()).data)
+
+    @extend_schema(
+        request=None,
+        responses={
+            201: JobCreatedSerializer,
+            400: OpenApiResponse(
+                ApiErrorSerializer,
+                description="The job's request is no longer valid (for example its pool is "
+                "gone or the project has no quota there); the errors name the fields.",
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def resubmit(self, request, pk=None):
+        """Submit the job again: a new job with the same request (image, command, shape, pool,
+        priority, mounts, credentials; a new name). The job itself is left as it is. The audit
+        trail records it as job.resubmit of this job."""
+        job = self.get_object()
+        fields = fields_of_job(job)
+        try:
+            outcome = job_submit(
+                actor=request.user, project=fields.pop("project"), data=fields, resubmit_of=job
+            )
+        except DjangoPermissionDenied as exc:
+            raise exceptions.PermissionDenied(str(exc)) from exc
+        return self._created(outcome)
 
     @extend_schema(
         parameters=[

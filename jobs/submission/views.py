@@ -25,14 +25,10 @@ from jobs.selectors import (
 )
 from jobs.services import InvalidTransition, job_cancel, job_request_from, job_submit
 from jobs.submission import form_advanced, page_selectors
+from jobs.submission.again import fields_of_job
 from jobs.submission.feasibility import feasibility
 from jobs.submission.filters import JobListPageFilter
-from jobs.submission.forms import (
-    JobSubmitForm,
-    SaveTemplateForm,
-    fields_of_job,
-    initial_from_fields,
-)
+from jobs.submission.forms import JobSubmitForm, SaveTemplateForm, initial_from_fields
 from jobs.validation import validate_job_request
 from planner.selectors import forecast_for_unsaved
 from planner.views import advice_overrides, cancel_replaced, job_planner_context, replaced_job

@@ -44,11 +44,10 @@ from jobs.status import (
     kai_reservations,
     map_with_pods,
     owner_uids,
-    pod_record,
-    with_shared_gpu,
 )
 from jobs.watcher import queues
 from jobs.watcher.informer import Change
+from jobs.watcher.pod_gpus import pod_records
 from portal import observability
 from portal.kube import apply as kube
 from portal.kube.apply import KubeError
@@ -232,9 +231,9 @@ class Processor(threading.Thread):
 
     # ------------------------------------------------------------------ writes
     def _sync_pods(self, job: Job, snapshot: ClusterSnapshot) -> None:
-        records = [pod_record(p) for p in snapshot.pods]
-        if any(r.gpu_group and not r.gpu_uuids for r in records):
-            records = [with_shared_gpu(r, self._kai_reservations()) for r in records]
+        records = pod_records(
+            job.project.namespace, snapshot.pods, kai_reservations=self._kai_reservations
+        )
         written = self.written_pods.setdefault(job.pk, {})
         changed = [r for r in records if written.get(r.uid) != r]
         present = {r.uid for r in records}

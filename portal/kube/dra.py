@@ -66,38 +66,68 @@ def _allocated_devices(namespace: str, label_selector: str) -> list[AllocatedDev
     out: list[AllocatedDevice] = []
     slices: dict[tuple[str, str], dict[str, object]] = {}
     for pod in core.list_namespaced_pod(namespace, label_selector=label_selector).items:
-        pod_name = pod.metadata.name
         for status in (pod.status and pod.status.resource_claim_statuses) or []:
-            if not status.resource_claim_name:
-                continue
-            try:
-                claim = resource.read_namespaced_resource_claim(
-                    status.resource_claim_name, namespace
-                )
-            except k8s.ApiException as exc:
-                if exc.status == 404:
-                    continue
-                raise
-            allocation = claim.status and claim.status.allocation
-            if not allocation or not allocation.devices:
-                continue
-            reserved = tuple(r.name for r in (claim.status.reserved_for or []))
-            for result in allocation.devices.results or []:
-                key = (result.driver, result.pool)
-                if key not in slices:
-                    slices[key] = _slice_devices(resource, *key)
-                device = slices[key].get(result.device)
-                out.append(
-                    AllocatedDevice(
-                        pod=pod_name,
-                        claim=claim.metadata.name,
-                        driver=result.driver,
-                        pool=result.pool,
-                        device=result.device,
-                        uuid=_attr(device, "uuid") if device else "",
-                        product=_attr(device, "productName") if device else "",
-                        profile=_attr(device, "profile") if device else "",
-                        reserved_for=reserved,
+            if status.resource_claim_name:
+                out.extend(
+                    _claim_devices(
+                        resource, namespace, status.resource_claim_name, pod.metadata.name, slices
                     )
                 )
+    return out
+
+
+def claimed_gpu_uuids(namespace: str, claim_names: list[str]) -> list[str]:
+    """The `uuid` attributes of the devices allocated to these claims, in claim order ([] while
+    none is allocated). Raises portal.kube.apply.KubeError when the cluster cannot be read."""
+    try:
+        resource = k8s.ResourceV1Api(get_api_client())
+        slices: dict[tuple[str, str], dict[str, object]] = {}
+        return [
+            device.uuid
+            for name in claim_names
+            for device in _claim_devices(resource, namespace, name, "", slices)
+            if device.uuid
+        ]
+    except (k8s.ApiException, OSError) as exc:
+        raise classify(exc) from exc
+
+
+def _claim_devices(
+    resource: k8s.ResourceV1Api,
+    namespace: str,
+    claim_name: str,
+    pod_name: str,
+    slices: dict[tuple[str, str], dict[str, object]],
+) -> list[AllocatedDevice]:
+    """The claim's allocated devices with their slice attributes (slices: read once per driver
+    and pool, shared by the calls of one read)."""
+    try:
+        claim = resource.read_namespaced_resource_claim(claim_name, namespace)
+    except k8s.ApiException as exc:
+        if exc.status == 404:
+            return []
+        raise
+    allocation = claim.status and claim.status.allocation
+    if not allocation or not allocation.devices:
+        return []
+    reserved = tuple(r.name for r in (claim.status.reserved_for or []))
+    out = []
+    for result in allocation.devices.results or []:
+        key = (result.driver, result.pool)
+        if key not in slices:
+            slices[key] = _slice_devices(resource, *key)
+        device = slices[key].get(result.device)
+        out.append(
+            AllocatedDevice(
+                pod=pod_name,
+                claim=claim.metadata.name,
+                driver=result.driver,
+                pool=result.pool,
+                device=result.device,
+                uuid=_attr(device, "uuid") if device else "",
+                product=_attr(device, "productName") if device else "",
+                profile=_attr(device, "profile") if device else "",
+                reserved_for=reserved,
+            )
+        )
     return out

@@ -142,6 +142,14 @@ def _assert_job_submitted(p, persona: str) -> None:
     assert job.state == "submitted"
 
 
+def _assert_job_resubmitted(p, persona: str) -> None:
+    from jobs.models import Job
+
+    again = Job.objects.filter(project=p.project_a).exclude(pk=_job_in_a(p).pk).get()
+    assert again.submitter == p.by_name(persona)
+    assert (again.image, again.command) == (_job_in_a(p).image, _job_in_a(p).command)
+
+
 def _assert_job_cancelled(p, persona: str) -> None:
     _job_in_a(p).refresh_from_db()
     assert _job_in_a(p).state == "cancelled"
@@ -428,8 +436,13 @@ CASES: dict[str, Case] = {
             "logs": {"outsider": 404, "viewer": 409, "member": 409, "admin": 409, "staff": 409},
             "create": {"outsider": 400, "viewer": 403, "member": 201, "admin": 201, "staff": 201},
             "cancel": WRITERS,
+            "resubmit": {"outsider": 404, "viewer": 403, "member": 201, "admin": 201, "staff": 201},
         },
-        after={"create": _assert_job_submitted, "cancel": _assert_job_cancelled},
+        after={
+            "create": _assert_job_submitted,
+            "cancel": _assert_job_cancelled,
+            "resubmit": _assert_job_resubmitted,
+        },
     ),
     "volumes": Case(
         target=lambda p: str(_volume_in_a(p).pk),

@@ -428,6 +428,45 @@ def test_submit_again_from_the_page_is_recorded_as_a_resubmit(personas, web_clie
     assert row.detail == f"Again of job {job.pk}."
 
 
+def test_resubmit_through_the_api_makes_a_new_job_recorded_as_a_resubmit_by_the_cli(
+    personas, api_client_for
+):
+    from jobs.models import Job
+
+    job = _submit(personas)
+    client = api_client_for(personas.member)
+    response = client.post(
+        f"/api/v1/jobs/{job.pk}/resubmit/", HTTP_USER_AGENT="gpuportal-cli/0.1.0"
+    )
+    assert response.status_code == 201, response.content
+    again = Job.objects.get(pk=response.json()["id"])
+    assert again.pk != job.pk
+    assert again.name != job.name
+    fields = ("image", "command", "env", "gpus", "pool_id", "priority", "kind")
+    assert [getattr(again, f) for f in fields] == [getattr(job, f) for f in fields]
+    row = AuditEvent.objects.get(action="job.resubmit")
+    assert (row.actor_username, row.source, row.project_slug) == ("bob", "cli", "alpha")
+    assert row.detail == f"Again of job {job.pk}."
+    assert Job.objects.get(pk=job.pk).state == job.state  # the original is left as it was
+
+
+def test_resubmit_refuses_a_viewer_hides_another_tenants_job_and_names_a_gone_quota(
+    personas, api_client_for
+):
+    from quotas.models import ProjectQuota
+
+    job = _submit(personas)
+    viewer = api_client_for(personas.viewer).post(f"/api/v1/jobs/{job.pk}/resubmit/")
+    assert viewer.status_code == 403
+    outsider = api_client_for(personas.outsider).post(f"/api/v1/jobs/{job.pk}/resubmit/")
+    assert outsider.status_code == 404
+    ProjectQuota.objects.filter(project=personas.project_a).delete()
+    gone = api_client_for(personas.member).post(f"/api/v1/jobs/{job.pk}/resubmit/")
+    assert gone.status_code == 400, gone.content
+    assert "quota" in str(gone.json()["errors"]).lower(), gone.json()
+    assert not AuditEvent.objects.filter(action="job.resubmit").exists()
+
+
 def test_reading_a_credentials_keys_is_recorded(personas, api_client_for):
     from credentials.models import Credential
 

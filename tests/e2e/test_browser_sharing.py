@@ -100,9 +100,10 @@ def portal_server(tmp_path, sharing_cluster, e2e_redis_url):
 
 
 def record_pods(jobs) -> None:
-    """What the cluster watcher does: store each pod with the GPUs the kubelet gave it."""
+    """What the cluster watcher does: store each pod with the GPUs it holds (jobs.watcher.pod_gpus:
+    the kubelet's annotation, or the device a DRA pod's claim was allocated)."""
     from jobs.services import job_record_pods
-    from jobs.status import pod_record
+    from jobs.watcher.pod_gpus import pod_records
     from portal.kube import apply as kube
 
     for job in jobs:
@@ -112,7 +113,7 @@ def record_pods(jobs) -> None:
             namespace=job.project.namespace,
             label_selector=f"gpu-portal.io/job-id={job.pk}",
         )
-        records = [pod_record(p) for p in pods]
+        records = pod_records(job.project.namespace, pods, kai_reservations=dict)
         job_record_pods(job_id=job.pk, records=records, present_uids={r.uid for r in records})
 
 

@@ -152,6 +152,16 @@ def test_cancel_stops_a_running_job(portal):
     assert again.returncode == EXIT_USAGE
     assert "already cancelled" in again.stderr
 
+    # resubmit: a new job with the same request, recorded as the CLI's resubmit of this one
+    from audit.models import AuditEvent
+
+    resubmitted = as_json(gpuportal(portal, "resubmit", str(submitted["id"]), "--json"))
+    assert resubmitted["id"] != submitted["id"]
+    assert resubmitted["command"] == ["sh", "-c", "sleep 100000"]
+    row = AuditEvent.objects.get(action="job.resubmit")
+    assert (row.source, row.target_id) == ("cli", str(resubmitted["id"]))
+    assert gpuportal(portal, "cancel", str(resubmitted["id"])).returncode == EXIT_OK
+
 
 def test_dry_run_prints_the_same_manifests_as_the_api(portal, e2e_org):
     from rest_framework.test import APIClient
@@ -387,3 +397,36 @@ def test_submit_with_a_volume_grace_and_a_sweep_and_warnings_on_stderr(portal, e
     array = JobArray.objects.get(name="lr")
     assert sweep.stdout.startswith(f"Submitted array {array.pk} (lr) of 2 jobs")
     assert (array.count, array.parallelism, array.sweep) == (2, 1, {"lr": [0.1, 0.01]})
+
+
+def test_workspace_start_list_stop_and_start_again(portal, e2e_org):
+    from tests.e2e.conftest import wait_for
+    from tests.factories import ensure_workspace_kinds
+
+    ensure_workspace_kinds()
+    wrong = gpuportal(portal, "workspace", "start", "-p", "alpha", "-k", "emacs")
+    assert wrong.returncode == EXIT_USAGE
+    assert "kind" in wrong.stderr
+    assert len(wrong.stderr.strip().splitlines()) == 1
+
+    started = gpuportal(portal, "workspace", "start", "-p", "alpha", "-s", "mig:1g.10gb")
+    assert started.returncode == EXIT_OK, started.stderr
+    assert "Open it at http" in started.stdout
+    assert "/ws/" in started.stdout
+
+    def listed() -> list[dict]:
+        return as_json(gpuportal(portal, "workspace", "list", "--json"))
+
+    ws = wait_for(
+        lambda: (found := listed()) and found[0]["state"] == "running" and found[0],
+        timeout=120,
+        what="the workspace to run",
+    )
+    assert (ws["kind"], ws["project"], ws["shape"]) == ("jupyterlab", "alpha", "mig:1g.10gb")
+    stopped = gpuportal(portal, "workspace", "stop", str(ws["id"]))
+    assert stopped.returncode == EXIT_OK, stopped.stderr
+    assert f"Workspace {ws['id']} ({ws['name']}) is stopping." in stopped.stdout
+    wait_for(lambda: listed()[0]["state"] == "stopped", timeout=60, what="the workspace to stop")
+    again = as_json(gpuportal(portal, "workspace", "again", str(ws["id"]), "--json"))
+    assert (again["id"], again["runs"], again["state"]) == (ws["id"], 2, "queued")
+    assert gpuportal(portal, "workspace", "stop", str(ws["id"])).returncode == EXIT_OK

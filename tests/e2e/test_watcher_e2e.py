@@ -383,8 +383,10 @@ def test_jobs_converge_after_leader_kill_expired_history_and_api_outage(
         for _ in range(3)
     ]
     kubesim_fault(e2e_kubesim, {"expire_history": True, "close_watches": True})
-    kubesim_fault(e2e_kubesim, {"unavailable_seconds": 60})
-    time.sleep(61)
+    # Longer than the Lease (8 s), so the leader loses it too, and long enough for the informers'
+    # backoff (0.5 s, doubling) to grow past 10 s before the API server answers again.
+    kubesim_fault(e2e_kubesim, {"unavailable_seconds": 20})
+    time.sleep(21)
     for job_id in ids + more:
         done = wait_state(job_id, {"succeeded", "failed"}, timeout=240)
         assert done.state == "succeeded", (job_id, done.state_reason, done.state_message)

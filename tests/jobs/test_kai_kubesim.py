@@ -111,15 +111,16 @@ def _shared_gpu(job) -> str:
 
 
 def _record_pods(job) -> None:
-    """What the cluster watcher does for a job's pods (jobs.watcher.processor._sync_pods)."""
+    """What the cluster watcher records of a job's pods (jobs.watcher.pod_gpus), stored."""
     from jobs.services import job_record_pods
-    from jobs.status import KAI_RESERVATION_NAMESPACE, kai_reservations, pod_record, with_shared_gpu
+    from jobs.status import KAI_RESERVATION_NAMESPACE, kai_reservations
+    from jobs.watcher.pod_gpus import pod_records
     from portal.kube import apply as kube
 
-    reservations = kai_reservations(
-        kube.list_objects("v1", "Pod", namespace=KAI_RESERVATION_NAMESPACE)
-    )
-    records = [with_shared_gpu(pod_record(p), reservations) for p in _pods(job)]
+    def reservations():
+        return kai_reservations(kube.list_objects("v1", "Pod", namespace=KAI_RESERVATION_NAMESPACE))
+
+    records = pod_records(job.project.namespace, _pods(job), kai_reservations=reservations)
     job_record_pods(job_id=job.pk, records=records, present_uids={r.uid for r in records})
 
 
@@ -306,3 +307,44 @@ def test_a_project_borrows_idle_quota_and_gives_it_back_when_the_owner_submits(k
     states = _states(borrowers)
     assert states.count("running") == 4, states  # back to alpha's guarantee, never below
     assert set(states) <= {"running", "preempted", "queued"}
+
+
+def test_idle_quota_is_shared_by_the_projects_over_quota_weights(kai_org):
+    """KAI divides what a project leaves idle among the others by their overQuotaWeight: alpha
+    (weight 3) and beta (weight 1) are guaranteed 2 GPUs each of the share pool's 8, gamma's 4
+    are idle; beta takes back from alpha only up to its fair share, 2 + 1/4 of 4 = 3 GPUs, where
+    equal weights would give it 4."""
+    from quotas.models import ProjectQuota
+    from quotas.sync import sync_quota_objects
+    from tests.factories import MembershipFactory, ProjectFactory, ProjectQuotaFactory
+
+    pool = kai_org["pools"]["share"]
+    gamma = ProjectFactory(slug=f"gamma{kai_org['dept'].slug[2:]}", department=kai_org["dept"])
+    MembershipFactory(user=kai_org["user"], project=gamma, role="member")
+    ProjectQuotaFactory(project=gamma, pool=pool, resource="gpu", nominal=4)
+    for project, weight in (("alpha", 3), ("beta", 1)):
+        ProjectQuota.objects.filter(project=kai_org[project], pool=pool, resource="gpu").update(
+            nominal=2, over_quota_weight=weight
+        )
+    assert sync_quota_objects().errors == []
+
+    alpha = [
+        _submit(kai_org, "alpha", kind="single", gpus=1, pool="kai-share", command=LONG)
+        for _ in range(8)
+    ]
+    _wait_states(alpha, ["running"] * 8)  # beta's and gamma's idle quota too
+    beta = [
+        _submit(kai_org, "beta", kind="single", gpus=1, pool="kai-share", command=LONG)
+        for _ in range(8)
+    ]
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        _reconcile_all(alpha + beta)
+        running = (_states(alpha).count("running"), _states(beta).count("running"))
+        if running == (5, 3):
+            break
+        time.sleep(0.3)
+    assert running == (5, 3), (_states(alpha), _states(beta))
+    # and it stays there: beta's five others wait rather than take more from alpha
+    _reconcile_all(alpha + beta, rounds=3)
+    assert (_states(alpha).count("running"), _states(beta).count("running")) == (5, 3)

@@ -6,6 +6,7 @@ gets the 80 GB GPU (never a 10 GB MIG device), its claim is allocated and releas
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -102,8 +103,6 @@ def core(cluster):
 
 def test_time_slicing_four_shares_run_on_one_gpu_and_a_fifth_queues(org, client, core):
     from jobs.models import Job
-    from jobs.services import job_record_pods
-    from jobs.status import pod_record
 
     jobs = [submit(org, kind="single", gpus=1, pool="ts", **SMALL) for _ in range(5)]
     for job in jobs[:4]:
@@ -116,16 +115,8 @@ def test_time_slicing_four_shares_run_on_one_gpu_and_a_fifth_queues(org, client,
         )
 
     def recorded():
-        # what the cluster watcher records: each pod with the GPU UUIDs the kubelet gave it
         for job in jobs[:4]:
-            pods = [
-                core.api_client.sanitize_for_serialization(p)
-                for p in core.list_namespaced_pod(
-                    org["project"].namespace, label_selector=f"gpu-portal.io/job-id={job.pk}"
-                ).items
-            ]
-            records = [pod_record(p) for p in pods]
-            job_record_pods(job_id=job.pk, records=records, present_uids={r.uid for r in records})
+            record_pods(org, core, job)
         return all(gpus_of(job) for job in jobs[:4])
 
     wait_for(recorded, timeout=30, message="the pods' GPUs to be recorded")
@@ -159,6 +150,22 @@ def test_mps_pods_get_the_limits(org, core):
     assert list(limits["pinnedDeviceMemoryLimit"].values()) == ["20480M"]
     refused = submit_errors(org, kind="single", gpus=2, pool="mps", **SMALL)
     assert "failRequestsGreaterThanOne" in " ".join(refused["gpus"])
+
+
+def record_pods(org, core, job):
+    """What the cluster watcher records of the job's pods (jobs.watcher.pod_gpus), stored."""
+    from jobs.services import job_record_pods
+    from jobs.watcher.pod_gpus import pod_records
+
+    pods = [
+        core.api_client.sanitize_for_serialization(p)
+        for p in core.list_namespaced_pod(
+            org["project"].namespace, label_selector=f"gpu-portal.io/job-id={job.pk}"
+        ).items
+    ]
+    records = pod_records(org["project"].namespace, pods, kai_reservations=dict)
+    job_record_pods(job_id=job.pk, records=records, present_uids={r.uid for r in records})
+    return records
 
 
 def submit_errors(org, **data):
@@ -199,6 +206,13 @@ def test_dra_job_by_memory_gets_the_80gb_gpu_and_releases_its_claim(org, core, c
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "<code>gpu-0</code> on dra-0" in page
     assert "uuid <code>GPU-" in page
+    # the watcher's record names the claimed GPU (the kubelet names none for a DRA pod), so the
+    # cluster page shows that GPU held by the job
+    (uuid,) = re.findall(r"uuid <code>(GPU-[^<]+)</code>", page)
+    (record,) = record_pods(org, core, job)
+    assert record.gpu_uuids == [uuid]
+    cluster_page = client.get("/cluster/").content.decode()
+    assert f"/jobs/{job.pk}/" in cluster_page
     job_cancel(actor=org["user"], job=Job.objects.get(pk=job.pk))
     assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
     assert job_reconcile(job_id=job.pk) == "deleted"

@@ -3,6 +3,7 @@ webhooks, and a job factory. The tasks run the way a worker receives them (run_e
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ def smtp_server(settings):
             inbox.messages.append((envelope.rcpt_tos, message))
             return "250 Message accepted for delivery"
 
+    # Its INFO lines about closed connections can come after the test, into a closed capture.
+    logging.getLogger("mail.log").setLevel(logging.WARNING)
     controller = Controller(Handler(), hostname="127.0.0.1", port=port)
     controller.start()
     try:

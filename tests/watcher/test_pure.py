@@ -3,10 +3,18 @@ queue status (quotas.usage), the log query (jobs.logs.selectors) and kubesim's `
 
 from decimal import Decimal
 
+import pytest
 from kubesim.controllers.node import shell
 
 from jobs.logs.selectors import parse_log_query
-from jobs.status import ClusterSnapshot, map_with_pods, oom_killed, pod_record
+from jobs.status import (
+    ClusterSnapshot,
+    dra_claim_names,
+    map_with_pods,
+    oom_killed,
+    pod_record,
+    with_gpu_uuids,
+)
 from quotas.usage import cluster_queue_rows, volcano_queue_rows, with_lending
 
 
@@ -72,6 +80,38 @@ def test_pod_record_says_where_and_how_it_ran():
     assert record.gpu_uuids == ["GPU-a", "GPU-b"]
     assert record.gpu_indices == [3, 5]
     assert record.finished_at == "2026-01-01T00:05:00Z"
+
+
+@pytest.mark.parametrize(
+    ("statuses", "names"),
+    [
+        (None, []),
+        ([], []),
+        (
+            [{"name": "gpu", "resourceClaimName": "gp-job-7-abcde-gpu-x1"}],
+            ["gp-job-7-abcde-gpu-x1"],
+        ),
+        ([{"name": "gpu"}], []),  # not made yet
+        (
+            [{"name": "a", "resourceClaimName": "c-a"}, {"name": "b", "resourceClaimName": "c-b"}],
+            ["c-a", "c-b"],
+        ),
+    ],
+)
+def test_a_dra_pods_claims_are_named_by_its_status(statuses, names):
+    pod = _pod()
+    if statuses is not None:
+        pod["status"]["resourceClaimStatuses"] = statuses
+    assert dra_claim_names(pod) == names
+
+
+def test_a_claimed_gpu_fills_a_record_that_names_none_and_never_overrides_the_kubelet():
+    named = pod_record(_pod())
+    assert with_gpu_uuids(named, ["GPU-z"]).gpu_uuids == ["GPU-a", "GPU-b"]
+    bare = pod_record({**_pod(), "metadata": {"name": "p", "uid": "u2"}})
+    assert bare.gpu_uuids == []
+    assert with_gpu_uuids(bare, ["GPU-z"]).gpu_uuids == ["GPU-z"]
+    assert with_gpu_uuids(bare, []) == bare
 
 
 def _cq(name, project, used, borrowed="0", nominal=8, limit=None):

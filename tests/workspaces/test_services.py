@@ -131,3 +131,16 @@ def test_idle_workspaces_are_stopped_and_busy_ones_kept(org):
     idle.refresh_from_db()
     assert idle.job.state == "cancelled"
     assert "without activity" in idle.stopped_reason
+
+
+def test_a_waiting_workspaces_page_says_when_it_will_likely_start(org, client):
+    from workspaces.services import workspace_stop
+
+    ws = _start(org, name="nb")
+    client.force_login(org["user"])
+    page = client.get(f"/workspaces/{ws.pk}/").content.decode()
+    assert "Queued" in page
+    assert "Forecast: starts now (pool " in page  # the project's MIG quota is free
+    workspace_stop(actor=org["user"], workspace=ws)
+    stopped = client.get(f"/workspaces/{ws.pk}/").content.decode()
+    assert "Forecast:" not in stopped

@@ -1,0 +1,43 @@
+"""The pods of a job as the watcher records them, with the GPUs each holds: the device plugin's
+annotation for whole GPUs, MIG slices and shares; KAI's reservation pod for a fraction (the
+device plugin gave the GPU to the reservation pod); the allocated device of its claims for a DRA
+pod (the kubelet names no GPU there; the device's `uuid` attribute in the driver's ResourceSlice
+does). The cluster page's holders and a job's "where it ran" come from these records."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from jobs.status import PodRecord, dra_claim_names, pod_record, with_gpu_uuids, with_shared_gpu
+from portal.kube import dra
+from portal.kube.apply import KubeError
+
+log = logging.getLogger(__name__)
+
+
+def pod_records(
+    namespace: str,
+    pods: list[dict[str, Any]],
+    *,
+    kai_reservations: Callable[[], dict[str, tuple[str, str, str]]],
+) -> list[PodRecord]:
+    """One record per pod, in the pods' order. kai_reservations is called (once) only when a
+    fraction pod needs its GPU; a DRA pod's claims are read only once it is on a node and until
+    its record names a GPU. A claim that cannot be read leaves the record without one: the
+    next event of the pod tries again."""
+    records = [pod_record(p) for p in pods]
+    if any(r.gpu_group and not r.gpu_uuids for r in records):
+        reservations = kai_reservations()
+        records = [with_shared_gpu(r, reservations) for r in records]
+    out = []
+    for pod, record in zip(pods, records, strict=True):
+        claims = dra_claim_names(pod)
+        if claims and record.node and not record.gpu_uuids:
+            try:
+                record = with_gpu_uuids(record, dra.claimed_gpu_uuids(namespace, claims))
+            except KubeError as exc:
+                log.warning("pod %s: its claims cannot be read: %s", record.name, exc.message)
+        out.append(record)
+    return out
