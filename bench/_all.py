@@ -60,7 +60,7 @@ def main() -> int:
         "--max-load", type=float, default=harness.LOAD_LIMIT, help="refuse above this load"
     )
     args = parser.parse_args()
-    state = harness.machine()
+    state = harness.machine() if args.force else harness.settle(args.max_load)
     if not args.force:
         refusal = harness.busy_refusal(state, args.max_load)
         if refusal:

@@ -160,6 +160,21 @@ def machine() -> Machine:
     return Machine(load=os.getloadavg(), cores=os.cpu_count() or 1)
 
 
+# How long a bench waits for the load of what ran just before (often its own previous run: the
+# 1-minute average decays by e in a minute) to fall under the limit before it measures anyway.
+SETTLE_SECONDS = 120.0
+
+
+def settle(limit: float = LOAD_LIMIT, *, seconds: float = SETTLE_SECONDS) -> Machine:
+    """The machine once its 1-minute load is at most `limit`, or after `seconds` of waiting."""
+    deadline = time.monotonic() + seconds
+    state = machine()
+    while state.load[0] > limit and time.monotonic() < deadline:
+        time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+        state = machine()
+    return state
+
+
 def busy_refusal(state: Machine, limit: float = LOAD_LIMIT) -> str | None:
     """Why the machine is too busy to measure on, or None when it is quiet enough."""
     if state.load[0] <= limit:
@@ -896,9 +911,9 @@ def run(
     process with private PostgreSQL and Redis of its own when the script needs them, and
     summarise; a single run without private services measures in this process. The exit code
     (0 when every run's was)."""
-    state = machine()
     if os.environ.get(FIGURES_ENV):  # one run of several: the parent has decided
-        return _once(args, measure, state)
+        return _once(args, measure, machine())
+    state = machine() if args.allow_busy else settle(args.max_load)
     if not args.allow_busy:
         refusal = busy_refusal(state, args.max_load)
         if refusal:
@@ -1069,6 +1084,8 @@ def _repeat(args, argv: list[str], private: Sequence[str] = ()) -> int:
         )
     try:
         for index in range(args.runs):
+            if index and not args.allow_busy:
+                settle(args.max_load)  # the run before is not the next one's load
             print(f"\n=== run {index + 1} of {args.runs} ===", flush=True)
             env_extra, pids = services.start() if services else ({}, {})
             try:

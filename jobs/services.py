@@ -6,6 +6,7 @@ write their own JobEvent rows and enqueue reconciliation only after the transact
 
 import logging
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -576,6 +577,7 @@ def job_submit(
     source: str = "api",
     idempotency: IdempotencyKey | None = None,
     resubmit_of: Job | None = None,
+    portal_credentials: Iterable[secret_refs.CredentialFacts] = (),
 ) -> SubmitOutcome:
     """Validate a request and store the job (Submitted), or only render it when dry_run.
 
@@ -583,6 +585,8 @@ def job_submit(
     the errors), PermissionDenied for a viewer. With `idempotency` the key is stored with the
     job; AlreadySubmitted when a concurrent request with the same key stored its job first
     (callers look for an earlier submission of the key before calling: jobs.idempotency).
+    `portal_credentials`: Secrets the portal itself writes for this job (a workspace's token),
+    which its env may reference besides the project's credentials; never from a request.
     """
     project = _writable_project(actor, project)
     kind = data.get("kind") or ""
@@ -593,11 +597,10 @@ def job_submit(
         isinstance(request.env, dict) and any(map(secret_refs.is_reference, request.env.values()))
     )
     volumes = volume_facts_for_project(project=project)
+    credentials = credential_facts_for_project(project=project) if names_credentials else {}
+    credentials.update({c.name: c for c in portal_credentials})
     result = validate_job_request(
-        request,
-        pool_facts_for_project(project=project),
-        credential_facts_for_project(project=project) if names_credentials else {},
-        volumes=volumes,
+        request, pool_facts_for_project(project=project), credentials, volumes=volumes
     )
     warnings = (
         secret_refs.plain_credential_warnings(request.env) if isinstance(request.env, dict) else []

@@ -54,10 +54,31 @@ def hashed(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def env(app: str, *, token: str) -> dict[str, str]:
+def secret_values(app: str, *, token: str) -> dict[str, str]:
+    """The app's sign-in setting, as its env variable: the token's Secret holds exactly this."""
     if app == WorkspaceApp.CODE_SERVER:
         return {HASHED_PASSWORD_ENV: hashed(token)}
     return {TOKEN_ENV: token}
+
+
+def secret_keys(app: str) -> tuple[str, ...]:
+    """The keys of the token Secret (the app's env variable)."""
+    return (HASHED_PASSWORD_ENV,) if app == WorkspaceApp.CODE_SERVER else (TOKEN_ENV,)
+
+
+def token_credential(workspace_id: int, run: int) -> str:
+    """The name a run's env references its token Secret by (jobs.secret_refs). A '.' is in no
+    project credential's name, so no credential can take it, and its Secret's name
+    (credentials.manifests.secret_name) is the workspace's alone. One per run: a run's pod never
+    starts with the token of the run before."""
+    return f"workspace.{workspace_id}.{run}"
+
+
+def env_refs(app: str, *, workspace_id: int, run: int) -> dict[str, dict[str, str]]:
+    """The run's env: the sign-in setting taken from the token Secret, so the token is stored
+    neither in the job nor in the pod spec, where the project's members could read it."""
+    name = token_credential(workspace_id, run)
+    return {var: {"secret": name, "key": var} for var in secret_keys(app)}
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from jobs.secret_refs import SECRET_KIND, CredentialFacts
 from jobs.services import InvalidTransition, job_stop, job_submit
 from jobs.states import ACTIVE, JobState
 from portal.celery import app as celery_app
@@ -25,7 +26,13 @@ from portal.kube.apply import KubeError
 from tenants.models import Project
 from tenants.permissions import can_write
 from workspaces import launch
-from workspaces.manifests import service_manifest, service_name
+from workspaces.manifests import (
+    is_token_secret,
+    service_manifest,
+    service_name,
+    token_secret_manifest,
+    token_secret_name,
+)
 from workspaces.models import Workspace, WorkspaceKind
 from workspaces.shapes import ShapeError, check_allowed
 
@@ -161,6 +168,7 @@ def _job_name(workspace: Workspace) -> str:
 def _submit_run(workspace: Workspace, *, actor: Any, source: str) -> None:
     kind = workspace.kind
     token = secrets.token_urlsafe(32)
+    run = workspace.runs + 1
     shape_fields = check_allowed(
         workspace.shape, kind.allowed_shapes or [kind.default_shape], kind_name=kind.name
     ).job_fields()
@@ -169,7 +177,7 @@ def _submit_run(workspace: Workspace, *, actor: Any, source: str) -> None:
         "name": _job_name(workspace),
         "image": kind.image,
         "command": launch.command(kind.app, workspace_id=workspace.pk, port=kind.port),
-        "env": {**workspace.env, **launch.env(kind.app, token=token)},
+        "env": {**workspace.env, **launch.env_refs(kind.app, workspace_id=workspace.pk, run=run)},
         "mounts": workspace.mounts,
         "pool": workspace.pool,
         "cpu": kind.cpu,
@@ -178,7 +186,14 @@ def _submit_run(workspace: Workspace, *, actor: Any, source: str) -> None:
         "termination_grace_seconds": 10,
     }
     try:
-        outcome = job_submit(actor=actor, project=workspace.project, data=data, source=source)
+        outcome = job_submit(
+            actor=actor,
+            project=workspace.project,
+            data=data,
+            source=source,
+            # the token Secret workspace_sync writes, which no project credential can name
+            portal_credentials=[token_credential_facts(workspace.pk, run, kind.app)],
+        )
     except ValidationError as exc:
         raise ValidationError(_workspace_errors(exc)) from exc
     now = timezone.now()
@@ -263,7 +278,8 @@ def enqueue_sync(workspace_id: int) -> None:
 
 
 def workspace_sync(workspace_id: int) -> str:
-    """Make the Service match the run: present while the job is active, gone afterwards."""
+    """Make the Service and the token Secret match the run: present while the job is active,
+    gone afterwards."""
     workspace = (
         Workspace.objects.select_related("project", "kind", "job").filter(pk=workspace_id).first()
     )
@@ -272,6 +288,17 @@ def workspace_sync(workspace_id: int) -> str:
     ns = workspace.project.namespace
     job = workspace.job
     if job is not None and job.state in ACTIVE:
+        # The token first: the pod's container waits (CreateContainerConfigError) until it exists.
+        kube.apply(
+            token_secret_manifest(
+                workspace_id=workspace.pk,
+                run=workspace.runs,
+                job_id=job.pk,
+                project_slug=workspace.project.slug,
+                namespace=ns,
+                values=launch.secret_values(workspace.kind.app, token=workspace.token),
+            )
+        )
         kube.apply(
             service_manifest(
                 workspace_id=workspace.pk,
@@ -281,9 +308,26 @@ def workspace_sync(workspace_id: int) -> str:
                 port=workspace.kind.port,
             )
         )
+        _delete_token_secret(workspace, workspace.runs - 1)  # if the last run's stop did not
         return "applied"
     kube.delete("v1", "Service", service_name(workspace.pk), ns)
+    _delete_token_secret(workspace, workspace.runs)
     return "deleted"
+
+
+def _delete_token_secret(workspace: Workspace, run: int) -> None:
+    if run < 1:
+        return
+    ns = workspace.project.namespace
+    secret = kube.get("v1", "Secret", token_secret_name(workspace.pk, run), ns)
+    if is_token_secret(secret, workspace.pk):  # only ever the portal's own
+        kube.delete_object(secret)
+
+
+def token_credential_facts(workspace_id: int, run: int, app: str) -> CredentialFacts:
+    """What the job's validation knows of a run's token Secret (its name and keys, no value)."""
+    name = launch.token_credential(workspace_id, run)
+    return CredentialFacts(name=name, kind=SECRET_KIND, keys=launch.secret_keys(app))
 
 
 # --- idle culling -------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Starting and stopping workspaces through the job machinery (kubesim, in-process)."""
 
+import json
+
 import pytest
 from django.core.exceptions import ValidationError
 
@@ -44,8 +46,19 @@ def _wait_for_status(ws, timeout=60.0):
             time.sleep(0.5)
 
 
+def _token_secret(org, ws, *, run):
+    """The values of the run's token Secret in the cluster (None when there is none)."""
+    from credentials.manifests import decode_data
+    from portal.kube import apply as kube
+    from workspaces.manifests import token_secret_name
+
+    found = kube.get("v1", "Secret", token_secret_name(ws.pk, run), org["project"].namespace)
+    return None if found is None else decode_data(found)
+
+
 def test_a_workspace_runs_as_a_job_with_a_service_and_stops_and_starts_again(org):
     from jobs.reconcile.services import job_reconcile
+    from jobs.selectors import job_manifests
     from workspaces.selectors import state_of
     from workspaces.services import workspace_start_again, workspace_stop, workspace_sync
 
@@ -53,12 +66,16 @@ def test_a_workspace_runs_as_a_job_with_a_service_and_stops_and_starts_again(org
     job = ws.job
     assert (job.kind, job.mig_profile, job.image) == ("mig", "1g.10gb", ws.kind.image)
     assert f"--ServerApp.base_url=/ws/{ws.pk}/" in job.command
-    assert job.env["JUPYTER_TOKEN"] == ws.token
+    # The token is in neither the job nor its manifest (the project's members read both): the
+    # run's env takes it from a Secret of the workspace's own.
+    assert job.env["JUPYTER_TOKEN"] == {"secret": f"workspace.{ws.pk}.1", "key": "JUPYTER_TOKEN"}
+    assert ws.token not in json.dumps(job_manifests(job))
     assert job.max_runtime_minutes == ws.kind.max_lifetime_minutes
     assert state_of(ws) == "queued"
 
     assert workspace_sync(ws.pk) == "applied"
     assert len(_services(org, ws)) == 1
+    assert _token_secret(org, ws, run=1) == {"JUPYTER_TOKEN": ws.token}
     reconcile_until(job, {"running"})
     ws.refresh_from_db()
     assert state_of(ws) == "running"
@@ -70,6 +87,7 @@ def test_a_workspace_runs_as_a_job_with_a_service_and_stops_and_starts_again(org
     assert job_reconcile(job_id=job.pk) == "deleted"
     assert workspace_sync(ws.pk) == "deleted"
     assert _services(org, ws) == []
+    assert _token_secret(org, ws, run=1) is None
     ws.refresh_from_db()
     assert state_of(ws) == "stopped"
     assert ws.stopped_reason == f"stopped by {org['user'].username}"
@@ -81,6 +99,9 @@ def test_a_workspace_runs_as_a_job_with_a_service_and_stops_and_starts_again(org
     assert ws.job_id != job.pk
     assert ws.token != first_token
     assert ws.job.mig_profile == "1g.10gb"
+    assert ws.job.env["JUPYTER_TOKEN"]["secret"] == f"workspace.{ws.pk}.2"
+    assert workspace_sync(ws.pk) == "applied"
+    assert _token_secret(org, ws, run=2) == {"JUPYTER_TOKEN": ws.token}
 
 
 def test_bad_requests_are_refused_with_the_reason(org, settings):
