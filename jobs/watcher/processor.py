@@ -231,10 +231,13 @@ class Processor(threading.Thread):
 
     # ------------------------------------------------------------------ writes
     def _sync_pods(self, job: Job, snapshot: ClusterSnapshot) -> None:
-        records = pod_records(
-            job.project.namespace, snapshot.pods, kai_reservations=self._kai_reservations
-        )
         written = self.written_pods.setdefault(job.pk, {})
+        records = pod_records(
+            job.project.namespace,
+            snapshot.pods,
+            kai_reservations=self._kai_reservations,
+            previous=written,
+        )
         changed = [r for r in records if written.get(r.uid) != r]
         present = {r.uid for r in records}
         if not changed and set(written) <= present:

@@ -194,3 +194,26 @@ def test_kubesim_alloc_beyond_the_memory_limit_is_an_oom_kill_at_that_moment():
     within = shell.plan({**container, "resources": {"limits": {"memory": "100Gi"}}}, {}, 600)
     assert not within.oom_killed
     assert within.exit_code == 0
+
+
+def test_a_dra_pods_gpu_once_recorded_is_kept_without_reading_its_claims_again():
+    import dataclasses
+
+    from jobs.watcher.pod_gpus import pod_records
+
+    pod = _pod()
+    pod["metadata"] = {"name": "gp-job-7-abcde", "uid": "u1"}  # no device-plugin annotation
+    pod["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "c-1"}]
+    earlier = dataclasses.replace(pod_record(pod), gpu_uuids=["GPU-dra"])
+
+    def no_reservations():
+        raise AssertionError("a DRA pod is not a KAI fraction")
+
+    (record,) = pod_records(
+        "gp-alpha", [pod], kai_reservations=no_reservations, previous={"u1": earlier}
+    )
+    assert record.gpu_uuids == ["GPU-dra"]
+    (pending,) = pod_records(
+        "gp-alpha", [{**pod, "spec": {**pod["spec"], "nodeName": ""}}], kai_reservations=dict
+    )
+    assert pending.gpu_uuids == []  # not on a node yet: its claims are not read
