@@ -95,7 +95,7 @@ INSERT INTO jobs_job (project_id, submitter_id, name, kind, image, command, env,
   backend, state, state_reason, state_message, state_changed_at, applied_at, cleanup_pending,
   last_reconciled_at, logs_tail, queue_position, queue_length, explanation, created_at,
   updated_at, checkpoint_claim, checkpoint_dir, mounts, shm_size, termination_grace_seconds,
-  secret_files, params, superseded)
+  secret_files, params, superseded, device_request)
 SELECT
   (%(projects)s::bigint[])[1 + abs(hashtext(g::text)) %% %(np)s],
   (%(users)s::bigint[])[1 + abs(hashtext((g * 3)::text)) %% %(nu)s],
@@ -108,7 +108,7 @@ SELECT
   %(pool)s, '[]', '8', '64Gi', 'normal', 1440,
   CASE k.kind WHEN 'gang' THEN 'volcano' ELSE 'kueue' END,
   s.state, '', '', t.at, t.at, false, t.at, '', NULL, NULL, '', t.at, t.at,
-  '', '', '[]', '32Gi', 60, '[]', '{}', false
+  '', '', '[]', '32Gi', 60, '[]', '{}', false, '{}'
 FROM generate_series(%(start)s, %(stop)s) AS g,
   LATERAL (SELECT CASE abs(hashtext(g::text || 'k')) %% 20
                     WHEN 0 THEN 'gang' WHEN 1 THEN 'gang' WHEN 2 THEN 'mig' ELSE 'single' END
