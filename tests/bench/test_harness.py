@@ -182,6 +182,14 @@ def test_a_busy_machine_is_refused_saying_its_load_and_the_way_out():
     assert "--allow-busy" in reason
 
 
+def test_settling_waits_no_longer_than_told_and_hands_back_the_load_it_found():
+    # Any load is under this limit: the machine as it is, at once.
+    assert harness.settle(1e9, seconds=600).load[0] < 1e9
+    # No load is under this one: it gives up after its wait, and the caller refuses.
+    gave_up = harness.settle(-1.0, seconds=0.1)
+    assert harness.busy_refusal(gave_up, -1.0) is not None
+
+
 def test_a_figure_of_a_run_started_on_a_busy_machine_is_marked_busy():
     runs = [
         {"figures": [{"name": "rate", "value": 10.0, "unit": "/s", "load": 0.4}], "busy": False},
