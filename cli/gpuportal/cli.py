@@ -24,7 +24,7 @@ from gpuportal.errors import (
     EXIT_USAGE,
     CliError,
 )
-from gpuportal.job_flags import advanced_fields, parse_secret_env
+from gpuportal.job_flags import advanced_fields, parse_device, parse_secret_env
 from gpuportal.output import echo_table, emit_json, short_time
 
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
@@ -295,6 +295,7 @@ def build_job_request(
     secret_env: tuple[str, ...] = (),
     gpu_fraction: float | None = None,
     gpu_memory: int | None = None,
+    device: tuple[str, ...] = (),
     **advanced: Any,
 ) -> dict[str, Any]:
     """The POST /api/v1/jobs/ body for the flags given (the portal does the validation).
@@ -341,6 +342,8 @@ def build_job_request(
         "memory": memory,
     }
     body.update({k: v for k, v in optional.items() if v})
+    if device:
+        body["device"] = parse_device(device)
     plain = _parse_env(env)
     refs = parse_secret_env(secret_env)
     both = sorted(set(plain) & set(refs))
@@ -373,6 +376,13 @@ def build_job_request(
 )
 @click.option(
     "--gpu-memory", type=click.IntRange(min=1), metavar="MIB", help="MiB of one GPU (KAI pools)."
+)
+@click.option(
+    "--device",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="DRA pools: the GPU by its attributes (repeatable): product_name, architecture, "
+    "min_compute_capability, min_memory, e.g. --device min_memory=40Gi.",
 )
 @click.option(
     "--backend",
@@ -472,6 +482,7 @@ def submit(
       gpuportal submit -p vision --gpus 1 --image pytorch/pytorch:2.4.0 -- python train.py
       gpuportal submit -p vision --mig 1g.10gb --image busybox -- sh -c 'echo hi'
       gpuportal submit -p vision --gpu-fraction 0.5 --image img -- python notebook.py
+      gpuportal submit -p vision --pool dra --device min_memory=40Gi --image img -- ./train.sh
       gpuportal submit -p vision --gang 2 --gpus 8 --backend volcano --image img -- torchrun x.py
       gpuportal submit -p vision --image busybox --dry-run -- true
       gpuportal submit -p vision --image busybox --wait --max-runtime 2h -e SEED=1 -- ./run.sh

@@ -66,6 +66,20 @@ def parse_secret_env(pairs: tuple[str, ...]) -> dict[str, dict[str, str]]:
     return env
 
 
+def parse_device(pairs: tuple[str, ...]) -> dict[str, str]:
+    """--device KEY=VALUE pairs: a DRA pool's device by its attributes (the portal checks the
+    keys and values; the CLI only checks the shape)."""
+    device: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise click.BadParameter(
+                f"'{pair}' is not KEY=VALUE (e.g. min_memory=40Gi).", param_hint="--device"
+            )
+        device[key.strip()] = value.strip()
+    return device
+
+
 def parse_secret_files(items: tuple[str, ...]) -> list[dict[str, str]]:
     files = []
     for item in items:

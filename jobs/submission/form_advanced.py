@@ -116,6 +116,8 @@ def form_field_for(
     if key.startswith("env."):
         name = key.removeprefix("env.")
         return ("secret_env" if name in secret_env else "env"), f"{name}: {message}"
+    if key.startswith("device."):
+        return "device", f"{key.removeprefix('device.')}: {message}"
     if key == "mounts":
         return "volumes", message
     if key == "array":

@@ -40,6 +40,7 @@ KIND_FIELDS = {
     "replicas": (JobKind.GANG,),
     "backend": (JobKind.GANG,),
     "gpu_fraction": (FRACTION_KIND,),
+    "device": (JobKind.SINGLE, JobKind.GANG),
 }
 PRIORITY_LABELS = [
     ("high", "High: may preempt lower-priority jobs of the project"),
@@ -116,6 +117,13 @@ class JobSubmitForm(forms.Form):
         max_digits=4,
         decimal_places=3,
         help_text="e.g. 0.25 or 0.5, a multiple of the pool's step. " + FRACTION_CAVEAT,
+    )
+    device = forms.CharField(
+        label="GPU by its attributes",
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "min_memory=40Gi, architecture=Hopper"}),
+        help_text="DRA-managed pools only; empty: any GPU of the pool. KEY=value pairs, "
+        "separated by commas: product_name, architecture, min_compute_capability, min_memory.",
     )
     mig_profile = forms.ChoiceField(
         label="MIG profile",
@@ -338,6 +346,19 @@ class JobSubmitForm(forms.Form):
             env[name.strip()] = value
         return env
 
+    def clean_device(self) -> dict[str, str]:
+        device: dict[str, str] = {}
+        for part in (self.cleaned_data.get("device") or "").replace("\n", ",").split(","):
+            if not part.strip():
+                continue
+            key, sep, value = part.partition("=")
+            if not sep or not key.strip() or not value.strip():
+                raise forms.ValidationError(
+                    f"'{part.strip()}' is not KEY=value, e.g. min_memory=40Gi."
+                )
+            device[key.strip()] = value.strip()
+        return device
+
     def _parsed(self, name: str, parse: Any) -> Any:
         try:
             return parse(self.cleaned_data.get(name) or "")
@@ -381,7 +402,7 @@ class JobSubmitForm(forms.Form):
             data["kind"] = JobKind.SINGLE
             if data.get("gpu_fraction") is not None:
                 data["gpu_fraction"] = float(data["gpu_fraction"])
-        body = {k: v for k, v in data.items() if v not in (None, "")} | {
+        body = {k: v for k, v in data.items() if v not in (None, "", {})} | {
             "command": data.get("command") or [],
             "env": {**(data.get("env") or {}), **(advanced["secret_env"] or {})},
         }
@@ -446,6 +467,8 @@ def initial_from_fields(fields: dict[str, Any]) -> dict[str, Any]:
     if isinstance(initial.get("secret_files"), list):
         files = [f for f in initial["secret_files"] if isinstance(f, dict)]
         initial["secret_files"] = "\n".join(f"{f.get('secret')}:{f.get('path')}" for f in files)
+    if isinstance(initial.get("device"), dict):
+        initial["device"] = ", ".join(f"{k}={v}" for k, v in initial["device"].items())
     if isinstance(initial.get("sweep"), dict):
         initial["sweep"] = form_advanced.sweep_text(initial["sweep"])
     if isinstance(initial.get("array"), dict):

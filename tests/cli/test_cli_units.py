@@ -51,6 +51,10 @@ def test_mig_gang_and_the_optional_fields():
         False,
     )
     assert request(gpu_memory=20000)["gpu_memory"] == 20000
+    dra = request(pool="dra", device=("min_memory=40Gi", "architecture = Hopper"))
+    assert dra["device"] == {"min_memory": "40Gi", "architecture": "Hopper"}
+    assert (dra["kind"], dra["gpus"], dra["pool"]) == ("single", 1, "dra")
+    assert "device" not in request()
 
 
 @pytest.mark.parametrize(
@@ -60,6 +64,8 @@ def test_mig_gang_and_the_optional_fields():
         ({"mig": "1g.10gb", "gpus": 2}, "leave out --gpus"),
         ({"gpu_fraction": 0.5, "gpus": 1}, "part of one GPU"),
         ({"env": ("NOVALUE",)}, "is not KEY=VALUE"),
+        ({"device": ("min_memory",)}, "is not KEY=VALUE"),
+        ({"device": ("min_memory=",)}, "is not KEY=VALUE"),
         ({"max_runtime": "soon"}, "not a duration"),
     ],
 )
