@@ -101,6 +101,14 @@ def make_parser(
         "--max-load", type=float, default=LOAD_LIMIT, help="the load average refused above"
     )
     common.add_argument(
+        "--settle",
+        type=float,
+        default=SETTLE_SECONDS,
+        metavar="SECONDS",
+        help=f"wait this long at most for the load to fall under --max-load before refusing "
+        f"(default {SETTLE_SECONDS:g})",
+    )
+    common.add_argument(
         "--pin",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -913,7 +921,7 @@ def run(
     (0 when every run's was)."""
     if os.environ.get(FIGURES_ENV):  # one run of several: the parent has decided
         return _once(args, measure, machine())
-    state = machine() if args.allow_busy else settle(args.max_load)
+    state = machine() if args.allow_busy else settle(args.max_load, seconds=args.settle)
     if not args.allow_busy:
         refusal = busy_refusal(state, args.max_load)
         if refusal:
@@ -1085,7 +1093,7 @@ def _repeat(args, argv: list[str], private: Sequence[str] = ()) -> int:
     try:
         for index in range(args.runs):
             if index and not args.allow_busy:
-                settle(args.max_load)  # the run before is not the next one's load
+                settle(args.max_load, seconds=args.settle)  # the run before's load, gone
             print(f"\n=== run {index + 1} of {args.runs} ===", flush=True)
             env_extra, pids = services.start() if services else ({}, {})
             try:

@@ -203,7 +203,7 @@ def test_a_figure_of_a_run_started_on_a_busy_machine_is_marked_busy():
 
 
 def test_run_refuses_without_measuring_when_the_machine_is_busy(capsys):
-    args = harness.parse_args(parser_with_jobs(), ["--max-load", "-1"])
+    args = harness.parse_args(parser_with_jobs(), ["--max-load", "-1", "--settle", "0"])
     measured = []
 
     code = harness.run(args, lambda args, stack: measured.append(1))

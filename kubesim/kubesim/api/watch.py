@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 import orjson
 
+from kubesim.waiting import wait_event
+
 
 class WatchEvent:
     """One change. `obj` and `old` are the stored dicts and must never be mutated."""
@@ -110,11 +112,7 @@ class Watcher:
         if timeout is None:
             await self._wakeup.wait()
             return True
-        try:
-            await asyncio.wait_for(self._wakeup.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(self._wakeup, timeout)
 
     def drain(self) -> list:
         items = list(self.queue)

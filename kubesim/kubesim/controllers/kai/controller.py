@@ -39,6 +39,7 @@ from kubesim.controllers import events, scheduler
 from kubesim.controllers.kai import podgrouper, quota, sharing
 from kubesim.controllers.kai.quota import RESOURCES, QueueShare
 from kubesim.controllers.kueue.quantity import format_milli
+from kubesim.waiting import wait_event
 
 QUEUE_API = "scheduling.run.ai/v2"
 PG_API = podgrouper.PG_API
@@ -443,9 +444,7 @@ class KaiController:
     async def run(self) -> None:
         while True:
             # event-driven (every write reaches the listener); a slow tick is the safety net
-            try:
-                await asyncio.wait_for(self.wake.wait(), timeout=SAFETY_TICK)
-            except TimeoutError:
+            if not await wait_event(self.wake, SAFETY_TICK):
                 self.session_due = True
             self.wake.clear()
             await asyncio.sleep(0.005)

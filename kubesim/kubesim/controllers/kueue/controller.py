@@ -16,7 +16,6 @@ waitForPodsReady timeout `options.kueue_pods_ready_timeout` or KUBESIM_KUEUE_POD
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import hashlib
 import heapq
@@ -45,6 +44,7 @@ from kubesim.controllers.kueue.engine import (
     preemption_message,
 )
 from kubesim.controllers.kueue.quantity import format_milli, requests_of_pod_spec, to_milli
+from kubesim.waiting import wait_event
 
 GROUP = "kueue.x-k8s.io"
 API = f"{GROUP}/v1beta2"
@@ -566,8 +566,7 @@ class KueueController:
             if self.status_pending:
                 status_in = max(0.0, self.status_next - time.monotonic())
                 timeout = status_in if timeout is None else min(timeout, status_in)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=timeout)
+            await wait_event(self.wake, timeout)
             self.wake.clear()
             # Let a burst of writes land before reconciling them together.
             await asyncio.sleep(0.005)

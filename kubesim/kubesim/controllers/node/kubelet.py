@@ -35,6 +35,7 @@ from kubesim.controllers import events, storage
 from kubesim.controllers.context import follow
 from kubesim.controllers.node import pod_config, shell, workspace_apps
 from kubesim.controllers.scheduler import quantity_units
+from kubesim.waiting import wait_event
 
 FIELD_MANAGER = "kubelet"
 GPU_UUIDS_ANNOTATION = "kubesim.dev/gpu-uuids"
@@ -375,11 +376,7 @@ class PodRunner:
         if self.stop.is_set():
             return True
         timeout = max(0.0, sim_seconds) / self.clock.speed
-        try:
-            await asyncio.wait_for(self.stop.wait(), timeout)
-            return True
-        except TimeoutError:
-            return False
+        return await wait_event(self.stop, timeout)
 
     def record(
         self, reason: str, message: str, *, type: str = "Normal", field_path: str | None = None
@@ -916,9 +913,7 @@ class PodRunner:
             if left <= 0:
                 break
             self.regrace.clear()
-            try:
-                await asyncio.wait_for(self.regrace.wait(), left / self.clock.speed)
-            except TimeoutError:
+            if not await wait_event(self.regrace, left / self.clock.speed):
                 break
         return {name: code for name, (_, code) in exits.items()}
 

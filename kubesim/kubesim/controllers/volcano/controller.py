@@ -30,6 +30,7 @@ from kubesim.api.errors import ApiError
 from kubesim.clock import rfc3339
 from kubesim.controllers import events, scheduler
 from kubesim.controllers.kueue.quantity import format_milli, requests_of_pod_spec, to_milli
+from kubesim.waiting import wait_event
 
 JOB_API = "batch.volcano.sh/v1alpha1"
 PG_API = "scheduling.volcano.sh/v1beta1"
@@ -463,9 +464,7 @@ class VolcanoController:
             # A scheduling session every simulated second (Volcano's schedule-period), and
             # sooner when something changed.
             timeout = max(0.02, 1.0 / max(self.clock.speed, 1e-9))
-            try:
-                await asyncio.wait_for(self.wake.wait(), timeout=timeout)
-            except TimeoutError:
+            if not await wait_event(self.wake, timeout):
                 self.session_due = True
             self.wake.clear()
             await asyncio.sleep(0.005)
