@@ -11,6 +11,7 @@ from typing import Any
 from credentials.manifests import secret_name
 from jobs.manifests import job_selector
 from portal.kube import labels as L
+from workspaces.launch import token_credential
 
 WORKSPACE_ID_KEY = "gpu-portal.io/workspace-id"
 PORT_NAME = "http"
@@ -48,8 +49,6 @@ def service_manifest(
 
 
 def token_secret_name(workspace_id: int, run: int) -> str:
-    from workspaces.launch import token_credential
-
     return secret_name(token_credential(workspace_id, run))
 
 
