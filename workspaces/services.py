@@ -22,7 +22,7 @@ from jobs.services import InvalidTransition, job_stop, job_submit
 from jobs.states import ACTIVE, JobState
 from portal.celery import app as celery_app
 from portal.kube import apply as kube
-from portal.kube.apply import KubeError
+from portal.kube.apply import KubeError, PermanentKubeError, RetryableKubeError
 from tenants.models import Project
 from tenants.permissions import can_write
 from workspaces import launch
@@ -288,31 +288,44 @@ def workspace_sync(workspace_id: int) -> str:
     ns = workspace.project.namespace
     job = workspace.job
     if job is not None and job.state in ACTIVE:
-        # The token first: the pod's container waits (CreateContainerConfigError) until it exists.
-        kube.apply(
-            token_secret_manifest(
-                workspace_id=workspace.pk,
-                run=workspace.runs,
-                job_id=job.pk,
-                project_slug=workspace.project.slug,
-                namespace=ns,
-                values=launch.secret_values(workspace.kind.app, token=workspace.token),
-            )
-        )
-        kube.apply(
-            service_manifest(
-                workspace_id=workspace.pk,
-                job_id=job.pk,
-                project_slug=workspace.project.slug,
-                namespace=ns,
-                port=workspace.kind.port,
-            )
-        )
+        try:
+            _apply_run_objects(workspace, job)
+        except PermanentKubeError as exc:
+            if exc.status != 404:
+                raise
+            # Secrets and Services are always served: the project's namespace is not there yet
+            # (the quota sync creates it, as for the job itself). The task retries.
+            raise RetryableKubeError(f"not ready yet: {exc.message}", status=404) from exc
         _delete_token_secret(workspace, workspace.runs - 1)  # if the last run's stop did not
         return "applied"
     kube.delete("v1", "Service", service_name(workspace.pk), ns)
     _delete_token_secret(workspace, workspace.runs)
     return "deleted"
+
+
+def _apply_run_objects(workspace: Workspace, job: Any) -> None:
+    """The run's token Secret, then its Service. The token first: the pod's container waits
+    (CreateContainerConfigError) until the Secret exists."""
+    ns = workspace.project.namespace
+    kube.apply(
+        token_secret_manifest(
+            workspace_id=workspace.pk,
+            run=workspace.runs,
+            job_id=job.pk,
+            project_slug=workspace.project.slug,
+            namespace=ns,
+            values=launch.secret_values(workspace.kind.app, token=workspace.token),
+        )
+    )
+    kube.apply(
+        service_manifest(
+            workspace_id=workspace.pk,
+            job_id=job.pk,
+            project_slug=workspace.project.slug,
+            namespace=ns,
+            port=workspace.kind.port,
+        )
+    )
 
 
 def _delete_token_secret(workspace: Workspace, run: int) -> None:

@@ -165,3 +165,18 @@ def test_a_waiting_workspaces_page_says_when_it_will_likely_start(org, client):
     workspace_stop(actor=org["user"], workspace=ws)
     stopped = client.get(f"/workspaces/{ws.pk}/").content.decode()
     assert "Forecast:" not in stopped
+
+
+def test_a_sync_before_the_projects_namespace_exists_is_retried_not_dropped(org):
+    """The quota sync creates a new project's namespace; a workspace started before it is
+    synced again (RetryableKubeError: the task retries), as its job's reconcile is."""
+    from portal.kube.apply import RetryableKubeError
+    from tests.factories import MembershipFactory, ProjectFactory, ProjectQuotaFactory
+    from workspaces.services import workspace_start, workspace_sync
+
+    fresh = ProjectFactory(slug=f"{org['project'].slug}x", department=org["project"].department)
+    ProjectQuotaFactory(project=fresh, pool=org["pool"], resource="1g.10gb", nominal=1)
+    MembershipFactory(user=org["user"], project=fresh, role="member")
+    ws = workspace_start(actor=org["user"], project=fresh, kind=JUPYTER, shape="mig:1g.10gb")
+    with pytest.raises(RetryableKubeError, match="not ready yet"):
+        workspace_sync(ws.pk)
