@@ -168,9 +168,17 @@ def test_queue_position_failed_log_running_chart_and_cancel_from_the_list(
 
     # Cancel the waiting job from the list: the browser asks first.
     listing = page_for(bob)
+    # The list re-fetches its rows once its event stream says hello (or, without a stream, on
+    # its 5 s poll): a click while the rows are being replaced lands on a form that is gone.
+    listing.add_init_script(
+        "document.addEventListener('htmx:afterSettle', () => { window.rowsSettled = true; });"
+    )
     listing.goto(portal_server.url + "/jobs/?state=queued")
     row = listing.locator(f"#job-{waiting['id']}")
     row.wait_for()
+    listing.wait_for_function(
+        "() => window.rowsSettled && !document.querySelector('.htmx-request, .htmx-swapping')"
+    )
     asked = []
 
     def answer(dialog):
