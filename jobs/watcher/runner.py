@@ -85,8 +85,11 @@ class Watcher:
         for informer in self.informers:
             informer.start()
 
-    def stop_leading(self) -> None:
-        log.warning("watcher %s: lost the lease; standing by", self.identity)
+    def stop_leading(self, *, shutting_down: bool = False) -> None:
+        if shutting_down:
+            log.info("watcher %s: shutting down; stopping the informers", self.identity)
+        else:
+            log.warning("watcher %s: lost the lease; standing by", self.identity)
         if self.stop is not None:
             self.stop.set()
         self.stop, self.processor, self.informers = None, None, []
@@ -123,5 +126,5 @@ class Watcher:
                 self.shutdown.wait(self.elector.renew_seconds)
         finally:
             if self.leading:
-                self.stop_leading()
+                self.stop_leading(shutting_down=True)
             self.elector.release()
