@@ -523,11 +523,19 @@ def submit(
                 f"project {job['project']}."
             )
         return
+    _report_submitted(client, job, f"in project {job['project']}", wait_=wait_, as_json=as_json)
+
+
+def _report_submitted(
+    client: Client, job: dict[str, Any], where: str, *, wait_: bool, as_json: bool
+) -> None:
+    """Say a job was submitted (`where`: what follows its name), or with --wait follow it to
+    its end and exit with its outcome."""
     if not wait_:
         if as_json:
             emit_json(job)
         else:
-            click.echo(f"Submitted job {job['id']} ({job['name']}) in project {job['project']}.")
+            click.echo(f"Submitted job {job['id']} ({job['name']}) {where}.")
         return
     if not as_json:
         click.echo(f"Submitted job {job['id']} ({job['name']}); waiting for it to end...")
@@ -880,18 +888,7 @@ def resubmit(client: Client, job_id: int, wait_: bool, as_json: bool) -> None:
     job = client.post(job_path(job_id, "resubmit/"))
     if not as_json:
         _print_warnings(job)
-    if not wait_:
-        if as_json:
-            emit_json(job)
-        else:
-            click.echo(f"Submitted job {job['id']} ({job['name']}), again of job {job_id}.")
-        return
-    if not as_json:
-        click.echo(f"Submitted job {job['id']} ({job['name']}); waiting for it to end...")
-    final = _wait_for(client, [job["id"]], timeout=None, quiet=as_json)
-    if as_json:
-        emit_json(final[0])
-    sys.exit(EXIT_OK if final[0]["state"] == "succeeded" else EXIT_JOB_FAILED)
+    _report_submitted(client, job, f"again of job {job_id}", wait_=wait_, as_json=as_json)
 
 
 def _wait_for(

@@ -79,6 +79,24 @@ def parse_secret_files(text: str) -> list[dict[str, str]]:
     return files
 
 
+def parse_device(text: str) -> dict[str, str]:
+    """`key=value` pairs, separated by commas or lines → a DRA device request (the API's
+    `device`; the validation checks the keys and values)."""
+    device: dict[str, str] = {}
+    for part in text.replace("\n", ",").split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise TextError(f"'{part.strip()}' is not KEY=value, e.g. min_memory=40Gi.")
+        device[key.strip()] = value.strip()
+    return device
+
+
+def device_text(device: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in device.items())
+
+
 def env_reference_text(env: dict[str, Any]) -> tuple[dict[str, str], str]:
     """A request's env split into the plain values and the references as textarea lines."""
     plain = {k: v for k, v in env.items() if not isinstance(v, dict)}

@@ -346,24 +346,14 @@ class JobSubmitForm(forms.Form):
             env[name.strip()] = value
         return env
 
-    def clean_device(self) -> dict[str, str]:
-        device: dict[str, str] = {}
-        for part in (self.cleaned_data.get("device") or "").replace("\n", ",").split(","):
-            if not part.strip():
-                continue
-            key, sep, value = part.partition("=")
-            if not sep or not key.strip() or not value.strip():
-                raise forms.ValidationError(
-                    f"'{part.strip()}' is not KEY=value, e.g. min_memory=40Gi."
-                )
-            device[key.strip()] = value.strip()
-        return device
-
     def _parsed(self, name: str, parse: Any) -> Any:
         try:
             return parse(self.cleaned_data.get(name) or "")
         except form_advanced.TextError as exc:
             raise forms.ValidationError(str(exc)) from exc
+
+    def clean_device(self) -> dict:
+        return self._parsed("device", form_advanced.parse_device)
 
     def clean_secret_env(self) -> dict:
         return self._parsed("secret_env", form_advanced.parse_secret_env)
@@ -468,7 +458,7 @@ def initial_from_fields(fields: dict[str, Any]) -> dict[str, Any]:
         files = [f for f in initial["secret_files"] if isinstance(f, dict)]
         initial["secret_files"] = "\n".join(f"{f.get('secret')}:{f.get('path')}" for f in files)
     if isinstance(initial.get("device"), dict):
-        initial["device"] = ", ".join(f"{k}={v}" for k, v in initial["device"].items())
+        initial["device"] = form_advanced.device_text(initial["device"])
     if isinstance(initial.get("sweep"), dict):
         initial["sweep"] = form_advanced.sweep_text(initial["sweep"])
     if isinstance(initial.get("array"), dict):

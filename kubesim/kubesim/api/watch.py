@@ -109,9 +109,6 @@ class Watcher:
         if self.queue or self.closed:
             return True
         self._wakeup.clear()
-        if timeout is None:
-            await self._wakeup.wait()
-            return True
         return await wait_event(self._wakeup, timeout)
 
     def drain(self) -> list:
