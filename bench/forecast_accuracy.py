@@ -224,6 +224,8 @@ def measure(args, stack: harness.Stack) -> int:
             time.sleep(burst_gap)
         starts = wait_all_started([r[0] for r in records], args.timeout)
         report(args, records, starts)
+        if args.dump:
+            dump(args.dump, records, starts)
     return 0
 
 
@@ -333,6 +335,36 @@ def breakdown(args, records, starts) -> None:
         )
 
 
+def dump(path: str, records, starts) -> None:
+    """Every measured job's forecast and actual wait, one JSON object per line (for a closer look
+    at what the forecast missed)."""
+    import json
+
+    from jobs.models import Job
+
+    facts = {
+        job.pk: job
+        for job in Job.objects.filter(pk__in=[r[0] for r in records]).select_related("project")
+    }
+    with open(path, "a") as out:
+        for job_id, posted, low, high, possible in records:
+            job = facts.get(job_id)
+            start = starts.get(job_id)
+            row = {
+                "job": job_id,
+                "posted": posted,
+                "low": low,
+                "high": high,
+                "possible": possible,
+                "wait": None if start is None else max(0.0, start - posted),
+                "gpus": job.gpus if job else None,
+                "priority": job.priority if job else None,
+                "project": job.project.slug if job else None,
+            }
+            out.write(json.dumps(row) + "\n")
+    print(f"every job's forecast and wait: {path}")
+
+
 def main() -> int:
     # The short run keeps three warm-up runs: with fewer, no job type has the history the
     # estimates need (planner.estimates.MIN_SAMPLES) and every forecast counts maximum runtimes.
@@ -352,6 +384,7 @@ def main() -> int:
     )
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--timeout", type=float, default=3600.0)
+    parser.add_argument("--dump", help="append each job's forecast and wait to this file (JSONL)")
     args = harness.parse_args(parser)
     return harness.run(args, measure)
 

@@ -123,8 +123,52 @@ def pool_capacities(
         whole = max(0, pool.total_gpus - subscription.mig_gpus) * pool.replicas_per_gpu
         capacity = {arithmetic.FULL_GPU: whole}
         capacity.update(subscription.mig_instances)
-        out.append(sim.Pool(slug=pool.slug, capacity=capacity))
+        # Whole GPUs placed node by node (an 8-GPU pod needs a whole node), where every GPU is
+        # a whole one: the pool's nodes, named as placeholders until running pods name them.
+        nodes: tuple[tuple[str, int], ...] = ()
+        if not subscription.mig_gpus and pool.replicas_per_gpu == 1:
+            nodes = tuple(
+                (placeholder_node(pool.slug, i), pool.gpus_per_node) for i in range(pool.node_count)
+            )
+        out.append(sim.Pool(slug=pool.slug, capacity=capacity, nodes=nodes))
     return tuple(out)
+
+
+def placeholder_node(pool: str, index: int) -> str:
+    return f"~{pool}-{index:04d}"  # "~" sorts after real names: they are filled first
+
+
+def with_node_names(pools: tuple[sim.Pool, ...], seen: dict[str, set[str]]) -> tuple:
+    """The pools with the nodes running pods were seen on (``seen``: pool → node names) in
+    place of placeholders, so a running job's pods count on the node they are on."""
+    out = []
+    for pool in pools:
+        names = sorted(seen.get(pool.slug, ()))
+        if not pool.nodes or not names:
+            out.append(pool)
+            continue
+        gpus = pool.nodes[0][1]
+        count = max(len(pool.nodes), len(names))
+        nodes = [(name, gpus) for name in names]
+        nodes += [(placeholder_node(pool.slug, i), gpus) for i in range(len(names), count)]
+        out.append(replace(pool, nodes=tuple(nodes)))
+    return tuple(out)
+
+
+def running_pod_nodes(job_ids: Iterable[int]) -> dict[int, tuple[str, ...]]:
+    """The nodes of each job's live pods (one entry per pod), from the watcher's pod records."""
+    from jobs.models import JobPod
+
+    out: dict[int, list[str]] = defaultdict(list)
+    rows = (
+        JobPod.objects.filter(job_id__in=list(job_ids), deleted=False, finished_at__isnull=True)
+        .exclude(node="")
+        .order_by("job_id", "rank", "name")
+        .values_list("job_id", "node")
+    )
+    for job_id, node in rows:
+        out[job_id].append(node)
+    return {job_id: tuple(nodes) for job_id, nodes in out.items()}
 
 
 @dataclass(frozen=True)
@@ -170,6 +214,8 @@ def sim_job(
     started_at: float | None = None,
     submitted_at: float | None = None,
     eligible_at: float = 0.0,
+    nodes: tuple[str, ...] | None = None,
+    placed: bool = True,
 ) -> sim.SimJob:
     resource, amount = job_resource(job)
     estimate = estimates.estimate_duration(
@@ -190,6 +236,9 @@ def sim_job(
         duration_low=estimate.low,
         started_at=started_at,
         eligible_at=eligible_at,
+        pods=job.pods,
+        nodes=nodes,
+        placed=placed,
     )
 
 
@@ -227,9 +276,14 @@ def cluster_snapshot(
     history = run_history(
         submitter_ids={j.submitter_id for j in jobs} | set(extra_submitters), now=inputs.now
     )
+    pod_nodes = running_pod_nodes(j.pk for j in jobs if j.state in STARTED_STATES)
+    seen: dict[str, set[str]] = defaultdict(set)
     sim_jobs = []
     for job in jobs:
         started = job.state in STARTED_STATES
+        nodes = pod_nodes.get(job.pk)
+        if nodes and job.pool_id:
+            seen[job.pool.slug].update(nodes)
         sim_jobs.append(
             sim_job(
                 job,
@@ -240,11 +294,14 @@ def cluster_snapshot(
                 department_slug=job.project.department.slug,
                 started_at=job.state_changed_at.timestamp() if started else None,
                 submitted_at=job.created_at.timestamp(),
+                nodes=nodes,
+                # Admitted with no pod on a node yet: it holds its quota and waits for room.
+                placed=job.state == JobState.RUNNING or bool(nodes),
             )
         )
     snapshot = sim.Snapshot(
         now=inputs.now.timestamp(),
-        pools=inputs.pools,
+        pools=with_node_names(inputs.pools, seen),
         quotas=inputs.quotas,
         caps=inputs.caps,
         jobs=tuple(sim_jobs),

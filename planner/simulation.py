@@ -19,11 +19,14 @@ BestEffortFIFO, the preemption policy of ``quotas.manifests.preemption_policy``)
 - preemption: a job may evict lower-priority jobs of its own project; it reclaims its nominal
   quota from other projects' lower-priority jobs running on borrowed quota; and a borrowing job
   may evict other projects' lower-priority borrowers at or below the policy's threshold.
-  Victims are taken lowest priority first, most recently started first, and go back to the
-  queue (they start over: their expected duration counts again).
+  Victims are taken lowest priority first, most recently admitted first, and go back to the
+  queue (they start over: their expected duration counts again);
+- nodes (a pool that lists them): Kueue admits on quota alone; the admitted job starts once the
+  default scheduler finds a node for each pod (MostAllocated: the fullest that fits), in the
+  scheduler's order (priority, then admission); until then it holds its quota.
 
-What it does not know: where pods land on nodes (fragmentation), image pulls and start-up time,
-and jobs that will be submitted later. ``docs/user-guide/forecast.md`` lists what limits it.
+What it does not know: image pulls and start-up time, and jobs that will be submitted later.
+``docs/user-guide/forecast.md`` lists what limits it.
 """
 
 from __future__ import annotations
@@ -42,10 +45,17 @@ HIGH, LOW = "high", "low"  # which duration estimate a run uses
 
 @dataclass(frozen=True)
 class Pool:
-    """A pool's physical capacity per resource: whole GPUs, or instances of a MIG profile."""
+    """A pool's physical capacity per resource: whole GPUs, or instances of a MIG profile.
+
+    ``nodes`` (name, GPUs) turns on node placement for whole GPUs: Kueue then admits on quota
+    alone, as it does, and a job starts when the scheduler finds room for each of its pods on a
+    node (the one with the fewest GPUs left after placing: kube-scheduler's MostAllocated), so an
+    8-GPU pod waits for a whole node. Without it the pool's GPUs are one heap.
+    """
 
     slug: str
     capacity: Mapping[str, int]
+    nodes: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,15 @@ class SimJob:
     started_at: float | None = None
     running_pool: str | None = None
     eligible_at: float = 0.0
+    pods: int = 1  # the amount is split evenly among them (node placement)
+    # A started job in a pool with nodes: where its pods run (None: not known, placed by the
+    # scheduler's rule); placed=False: admitted, its pods wait for room on a node.
+    nodes: tuple[str, ...] | None = None
+    placed: bool = True
+
+    @property
+    def pod_amount(self) -> int:
+        return self.amount // max(1, self.pods)
 
     def duration(self, scenario: str) -> float:
         if scenario == LOW and self.duration_low is not None:
@@ -117,6 +136,13 @@ class SimulationResult:
         return outcome.start if outcome else None
 
 
+UNBOUNDED = 1 << 60  # no limit at admission (a pool with nodes: the placement decides)
+
+
+def _pool(snapshot: Snapshot, slug: str) -> Pool:
+    return next(pool for pool in snapshot.pools if pool.slug == slug)
+
+
 # --- the quota state ----------------------------------------------------------------------------
 class _Ledger:
     """Use per project, cohort and pool against the quota arithmetic's numbers."""
@@ -131,6 +157,17 @@ class _Ledger:
             for pool in snapshot.pools
             for resource, amount in pool.capacity.items()
         }
+        # Whole GPUs of a pool with nodes: the largest node (a pod must fit on one); Kueue does
+        # not count the pool's GPUs, the placement does (admission_capacity: unbounded there).
+        self.largest_node = {
+            (pool.slug, FULL_GPU): max(gpus for _, gpus in pool.nodes)
+            for pool in snapshot.pools
+            if pool.nodes
+        }
+        for key in self.largest_node:
+            self.capacity[key] = sum(gpus for _, gpus in _pool(snapshot, key[0]).nodes)
+        self.admission_capacity = dict(self.capacity)
+        self.admission_capacity.update(dict.fromkeys(self.largest_node, UNBOUNDED))
         self.project_use: dict[tuple[str, str, str], int] = {}
         self.cohort_use: dict[tuple[str, str, str], int] = {}
         self.pool_use: dict[tuple[str, str], int] = {}
@@ -154,7 +191,7 @@ class _Ledger:
 
     def capacity_fits(self, job: SimJob, pool: str) -> bool:
         key = (pool, job.resource)
-        return self.pool_use.get(key, 0) + job.amount <= self.capacity.get(key, 0)
+        return self.pool_use.get(key, 0) + job.amount <= self.admission_capacity.get(key, 0)
 
     def fits(self, job: SimJob, pool: str) -> bool:
         return self.quota_fits(job, pool) and self.capacity_fits(job, pool)
@@ -167,6 +204,9 @@ class _Ledger:
     def ever_fits(self, job: SimJob, pool: str) -> bool:
         """Whether the job could start in this pool with everything else idle."""
         key = (job.project, pool, job.resource)
+        largest = self.largest_node.get((pool, job.resource))
+        if largest is not None and job.pod_amount > largest:
+            return False  # no node is large enough for one of its pods
         return job.amount <= min(
             self.maximum.get(key, 0),
             self.cohort_nominal.get((job.department, pool, job.resource), 0),
@@ -210,7 +250,7 @@ class _Check:
         self.pool_key = (pool, job.resource)
         self.allowed_project = ledger.maximum.get(self.project_key, 0) - job.amount
         self.allowed_cohort = ledger.cohort_nominal.get(self.cohort_key, 0) - job.amount
-        self.allowed_pool = ledger.capacity.get(self.pool_key, 0) - job.amount
+        self.allowed_pool = ledger.admission_capacity.get(self.pool_key, 0) - job.amount
         self.allowed_guarantee = ledger.guaranteed.get(self.project_key, 0) - job.amount
         self.start_key = (pool, job.resource, job.department)
 
@@ -220,6 +260,81 @@ def _push(waits: dict[tuple, list], key: tuple, entry: tuple) -> None:
     if waiting is None:
         waiting = waits[key] = []
     heapq.heappush(waiting, entry)
+
+
+class _Nodes:
+    """Free whole GPUs per node of one pool, and the default scheduler's choice of node.
+
+    Nodes are indexed by their free GPUs (a heap of node numbers per count, stale entries
+    dropped when met), so a choice looks at a handful of counts, not at every node.
+    """
+
+    __slots__ = ("by_free", "free", "index", "size")
+
+    def __init__(self, nodes: tuple[tuple[str, int], ...]) -> None:
+        ordered = sorted(nodes)  # equal scores go to the first name, as kube-scheduler's do here
+        self.free = [gpus for _, gpus in ordered]
+        self.index = {name: i for i, (name, _) in enumerate(ordered)}
+        self.size = max(self.free, default=0)
+        self.by_free: dict[int, list[int]] = {}
+        for i, free in enumerate(self.free):
+            self.by_free.setdefault(free, []).append(i)
+
+    def _first_with(self, free: int) -> int:
+        """The first node with exactly ``free`` GPUs free, or -1."""
+        heap = self.by_free.get(free)
+        while heap and self.free[heap[0]] != free:
+            heapq.heappop(heap)
+        return heap[0] if heap else -1
+
+    def _set(self, i: int, free: int) -> None:
+        self.free[i] = free
+        heapq.heappush(self.by_free.setdefault(free, []), i)
+
+    def _best(self, need: int) -> int:
+        """The node with the fewest GPUs left after placing ``need`` (MostAllocated), or -1."""
+        for free in range(need, self.size + 1):
+            i = self._first_with(free)
+            if i >= 0:
+                return i
+        return -1
+
+    def most_free(self) -> int:
+        for free in range(self.size, 0, -1):
+            if self._first_with(free) >= 0:
+                return free
+        return 0
+
+    def place(self, need: int, pods: int) -> list[int] | None:
+        """A node per pod, or None (and nothing taken) when not every pod fits."""
+        taken = []
+        for _ in range(pods):
+            best = self._best(need)
+            if best < 0:
+                self.release(taken, need)
+                return None
+            self._set(best, self.free[best] - need)
+            taken.append(best)
+        return taken
+
+    def hold(self, job: SimJob) -> list[int]:
+        """Where a running job's pods are: the nodes it names, else the scheduler's choice; a
+        pod that fits nowhere (a snapshot older than its nodes) is counted on the freest node."""
+        need, taken = job.pod_amount, []
+        names = job.nodes or ()
+        for pod in range(max(1, job.pods)):
+            index = self.index.get(names[pod]) if pod < len(names) else None
+            if index is None:
+                index = self._best(need)
+            if index < 0:
+                index = max(range(len(self.free)), key=self.free.__getitem__)
+            self._set(index, self.free[index] - need)
+            taken.append(index)
+        return taken
+
+    def release(self, taken: list[int], need: int) -> None:
+        for i in taken:
+            self._set(i, self.free[i] + need)
 
 
 class _Run:
@@ -248,13 +363,14 @@ class _Run:
         self.awake: set[tuple] = set()  # shapes with queued jobs worth trying
         self.sleeping: dict[tuple, int] = {}  # shape → token of its current sleep
         # Sleeping shapes per constraint (project, cohort, pool) and key, grouped by the use
-        # the constraint must be at for them to fit: {key: {allowed use: heap of (queue order,
-        # token, shape)}}. A release wakes no one at once: it puts forward each satisfied group,
-        # whose first shape is tried at its place in the queue (see _admit).
+        # the constraint must be at for them to fit and by project: {key: {(allowed use,
+        # project): heap of (queue order, token, shape)}}. A release wakes no one at once: it
+        # puts forward each satisfied group in its project's queue, whose first shape is woken
+        # when the project's turn reaches its place in the queue (see _project_head).
         ledger = self.ledger
         self.uses = (ledger.project_use, ledger.cohort_use, ledger.pool_use)
-        self.groups: tuple[dict[tuple, dict[int, list]], ...] = ({}, {}, {})
-        self.forward: list[tuple[tuple, int, tuple]] = []  # groups put forward between passes
+        self.groups: tuple[dict[tuple, dict[tuple, list]], ...] = ({}, {}, {})
+        self.forward: dict[str, list[tuple[tuple, tuple]]] = {}  # project → heap (order, group)
         self.forwarded: dict[tuple, tuple] = {}  # group → the earliest place it is put forward
         # Preemption: the use by jobs of a shape's priority or higher, per (kind, pool, resource,
         # project or department, priority); shapes waiting for a lower-priority start (shape →
@@ -266,15 +382,14 @@ class _Run:
         self.wait_start: dict[tuple, dict[tuple, int]] = {}
         self.wait_any: dict[tuple[str, str], list[tuple[int, tuple]]] = {}
         self.token = 0
-        # The admission heap while admitting: (queue order, 0, shape) for a shape to try,
-        # (queue order, 1, group) for a group put forward.
-        self.heads: list[tuple[tuple, int, tuple]] | None = None
+        # While admitting: each project's awake shapes, a heap of (queue order, shape).
+        self.heads: dict[str, list[tuple[tuple, tuple]]] | None = None
         # Whether each job can ever start (its quota, cohort and pool are large enough), worked
         # out once per kind of request.
         fits_ever: dict[tuple, bool] = {}
         self.possible: dict[str, bool] = {}
         for job in snapshot.jobs:
-            kind = (job.project, job.department, job.pools, job.resource, job.amount)
+            kind = (job.project, job.department, job.pools, job.resource, job.amount, job.pods)
             possible = fits_ever.get(kind)
             if possible is None:
                 possible = fits_ever[kind] = any(
@@ -282,6 +397,15 @@ class _Run:
                 )
             self.possible[job.key] = possible
         self.job_keys: dict[str, tuple] = {}  # job key → its pool and keys there (see _move)
+        # (pool, resource) keys not limited at admission (whole GPUs of a pool with nodes)
+        self.unbounded = set(self.ledger.largest_node)
+        # Node placement (pools with nodes, whole GPUs): an admitted job holds its quota from
+        # admission, starts when its pods are placed.
+        self.nodes = {pool.slug: _Nodes(pool.nodes) for pool in snapshot.pools if pool.nodes}
+        self.unplaced: dict[str, dict[str, SimJob]] = {}  # pool → admitted, waiting for nodes
+        self.placement: dict[str, list[int]] = {}  # job key → a node per pod
+        self.admitted_at: dict[str, float] = {}
+        self.now = snapshot.now
 
     def _keys(self, job: SimJob, pool: str) -> tuple:
         """The job's keys in a pool (built once per job and pool): project, cohort and pool use,
@@ -344,19 +468,53 @@ class _Run:
         )
 
     # jobs in and out
-    def _start(self, job: SimJob, pool: str, at: float, duration: float) -> None:
-        keys = self._move(job, pool, 1)
+    def _placed_by_nodes(self, job: SimJob, pool: str) -> bool:
+        return job.resource == FULL_GPU and pool in self.nodes
+
+    def _run_from(self, job: SimJob, pool: str, at: float, duration: float) -> None:
+        """The job's pods run from ``at``: its end is due."""
         end = at + max(0.0, duration)
         self.running[job.key] = (job, pool, end)
-        running_in = self.running_in.get(keys[6])
-        if running_in is None:
-            running_in = self.running_in[keys[6]] = {}
-        running_in[job.key] = job
         generation = self.generation.get(job.key, 0) + 1
         self.generation[job.key] = generation
         heapq.heappush(self.ends, (end, generation, job.key))
         outcome = self.outcomes[job.key]
         outcome.start, outcome.end, outcome.pool = at, end, pool
+
+    def _place_waiting(self, pool: str, now: float) -> None:
+        """Admitted jobs whose pods now fit on the pool's nodes start, in the scheduler's order
+        (priority, then the pods' creation: admission); one that does not fit holds no one back."""
+        waiting = self.unplaced.get(pool)
+        if not waiting:
+            return
+        nodes = self.nodes[pool]
+        admitted_at = self.admitted_at
+        for job in sorted(waiting.values(), key=lambda j: (-j.priority, admitted_at[j.key], j.key)):
+            if nodes.most_free() <= 0:
+                break
+            taken = nodes.place(job.pod_amount, job.pods) if job.amount else []
+            if taken is None:
+                continue
+            del waiting[job.key]
+            self.placement[job.key] = taken
+            self._run_from(job, pool, now, job.duration(self.scenario))
+
+    def _start(self, job: SimJob, pool: str, at: float, duration: float) -> None:
+        """Admission: the job takes its quota; it runs from now, or once its pods are placed."""
+        keys = self._move(job, pool, 1)
+        self.admitted_at[job.key] = at
+        by_nodes = self._placed_by_nodes(job, pool)
+        if by_nodes:
+            self.running[job.key] = (job, pool, math.inf)  # until placed: no end due
+            self.outcomes[job.key].pool = pool
+            self.unplaced.setdefault(pool, {})[job.key] = job
+        else:
+            self._run_from(job, pool, at, duration)
+        running_in = self.running_in.get(keys[6])
+        if running_in is None:
+            running_in = self.running_in[keys[6]] = {}
+        running_in[job.key] = job
+        outcome = self.outcomes[job.key]
         ledger = self.ledger
         borrowed = ledger.project_use[keys[1]] - ledger.guaranteed.get(keys[1], 0)
         outcome.borrowed = min(max(0, borrowed), job.amount)
@@ -368,12 +526,22 @@ class _Run:
                     del waiting[shape]
                     self._wake(shape, token)
         if self.wait_any:
-            self._wake_any(pool, job.resource)
+            # A start makes a failed search succeed only with a new victim of lower priority in
+            # the searcher's department, or by making its project borrow (its jobs become
+            # reclaimable); more use elsewhere only makes room scarcer.
+            self._wake_any(pool, job.resource, started=job, borrowing=borrowed > 0)
+        if by_nodes:
+            self._place_waiting(pool, at)
 
     def _stop(self, key: str) -> SimJob:
         job, pool, _ = self.running.pop(key)
         keys = self._move(job, pool, -1)
         del self.running_in[keys[6]][key]
+        taken = self.placement.pop(key, None)
+        if taken is not None:
+            self.nodes[pool].release(taken, job.pod_amount)
+        elif pool in self.unplaced:
+            self.unplaced[pool].pop(key, None)
         # Put forward the groups of sleeping shapes whose constraint this release satisfies.
         resource = job.resource
         for kind, constraint in ((0, keys[1]), (1, keys[2]), (2, keys[3])):
@@ -381,11 +549,15 @@ class _Run:
             if not groups:
                 continue
             level = self.uses[kind].get(constraint, 0)
-            for allowed, waiting in groups.items():
+            for (allowed, project), waiting in groups.items():
                 if allowed >= level and waiting:
-                    self._put_forward(waiting[0][0], (kind, constraint, allowed))
+                    self._put_forward(waiting[0][0], (kind, constraint, allowed, project))
         if self.wait_any:
-            self._wake_any(pool, resource)
+            # Room freed in the pool, or only in the department's cohort where the pool's own
+            # GPUs are not counted at admission (a pool of nodes).
+            self._wake_any(
+                pool, resource, department=job.department if keys[3] in self.unbounded else None
+            )
         # The use by jobs of priority p or higher falls with the end of a job of priority p or
         # higher: in its project, in its department, and (for the pool's share of a department)
         # unless it is that department's own lower-priority job.
@@ -404,6 +576,8 @@ class _Run:
                 while waiting and -waiting[0][0] >= level:
                     _, token, shape = heapq.heappop(waiting)
                     self._wake(shape, token)
+        if taken:
+            self._place_waiting(pool, self.now)
         return job
 
     def _enqueue(self, job: SimJob) -> None:
@@ -425,8 +599,8 @@ class _Run:
             return
         self.awake.add(shape)
         if self.heads is not None:
-            # A preempted job goes back in line at once, in its place in the queue.
-            heapq.heappush(self.heads, (order, 0, shape))
+            # A preempted job goes back in line at once, in its place in its project's queue.
+            heapq.heappush(self.heads.setdefault(shape[0], []), (order, shape))
 
     # A shape that failed sleeps until what stopped it can have changed. Use only falls when a
     # job stops, so a shape over its limit on one constraint cannot fit before a stop brings
@@ -464,9 +638,9 @@ class _Run:
             groups = self.groups[kind].get(key)
             if groups is None:
                 groups = self.groups[kind][key] = {}
-            waiting = groups.get(allowed)
+            waiting = groups.get((allowed, shape[0]))
             if waiting is None:
-                waiting = groups[allowed] = []
+                waiting = groups[(allowed, shape[0])] = []
             heapq.heappush(waiting, (order, token, shape))
             if not preemption:
                 continue
@@ -514,10 +688,34 @@ class _Run:
             return ledger.cohort_use.get((name, pool, resource), 0) - lower
         return ledger.pool_use.get((pool, resource), 0) - lower
 
-    def _wake_any(self, pool: str, resource: str) -> None:
+    def _wake_any(
+        self,
+        pool: str,
+        resource: str,
+        *,
+        started: SimJob | None = None,
+        borrowing: bool = False,
+        department: str | None = None,
+    ) -> None:
         waiting = self.wait_any.pop((pool, resource), None)
-        for token, shape in waiting or ():
-            self._wake(shape, token)
+        if not waiting:
+            return
+        if started is None and department is None:
+            for token, shape in waiting:
+                self._wake(shape, token)
+            return
+        keep = []
+        for token, shape in waiting:
+            if started is not None:
+                wake = shape[1] == started.department and (borrowing or started.priority < shape[5])
+            else:
+                wake = shape[1] == department
+            if wake:
+                self._wake(shape, token)
+            else:
+                keep.append((token, shape))
+        if keep:
+            self.wait_any[(pool, resource)] = keep
 
     def _wake(self, shape: tuple, token: int) -> None:
         """Wake a shape for one of its registrations (``token``; older ones are stale)."""
@@ -528,7 +726,7 @@ class _Run:
         if bucket:
             self.awake.add(shape)
             if self.heads is not None:
-                heapq.heappush(self.heads, (bucket[0][0], 0, shape))
+                heapq.heappush(self.heads.setdefault(shape[0], []), (bucket[0][0], shape))
 
     def _put_forward(self, order: tuple, group: tuple) -> None:
         # Once is enough: a group already put forward at this place or earlier gets its turn.
@@ -536,33 +734,49 @@ class _Run:
         if forwarded is not None and forwarded <= order:
             return
         self.forwarded[group] = order
-        if self.heads is not None:
-            heapq.heappush(self.heads, (order, 1, group))
-        else:
-            self.forward.append((order, 1, group))
+        heapq.heappush(self.forward.setdefault(group[3], []), (order, group))
 
     def _group_turn(self, order: tuple, group: tuple) -> None:
-        """A group put forward reaches its place in the queue: wake its first shape if the
-        constraint still allows it (the shapes before it may have taken the room; then the
-        group waits for the next release)."""
+        """A group put forward reaches its place in its project's queue: wake its first shape
+        if the constraint still allows it (an admission since the release may have taken the
+        room; then the group waits for the next release), and put the group forward again at
+        its next shape's place."""
         if self.forwarded.get(group) == order:
             del self.forwarded[group]
-        kind, key, allowed = group
-        waiting = self.groups[kind][key].get(allowed)
+        kind, key, allowed, project = group
+        waiting = self.groups[kind][key].get((allowed, project))
         sleeping = self.sleeping
         while waiting and sleeping.get(waiting[0][2]) != waiting[0][1]:
             heapq.heappop(waiting)  # stale: the shape was woken by another registration
-        if not waiting:
-            return
-        if waiting[0][0] != order:
-            self._put_forward(waiting[0][0], group)  # its first shape changed
-            return
-        if self.uses[kind].get(key, 0) > allowed:
+        if not waiting or self.uses[kind].get(key, 0) > allowed:
             return
         _, token, shape = heapq.heappop(waiting)
         self._wake(shape, token)
         if waiting:
             self._put_forward(waiting[0][0], group)
+
+    def _project_head(self, project: str, now: float) -> tuple | None:
+        """The project's first waiting job that can start now, as (borrows, order, shape); the
+        shapes found unable to start on the way sleep."""
+        heap = self.heads.setdefault(project, [])
+        forward = self.forward.get(project)
+        buckets, sleeping = self.buckets, self.sleeping
+        while True:
+            # Groups put forward at or before the first awake shape's place get their turn.
+            while forward and (not heap or forward[0][0] <= heap[0][0]):
+                self._group_turn(*heapq.heappop(forward))
+            if not heap:
+                return None
+            order, shape = heap[0]
+            bucket = buckets[shape]
+            if not bucket or shape in sleeping or bucket[0][0] != order:
+                heapq.heappop(heap)  # stale: its shape's head changed or it sleeps
+                continue
+            borrows = self._can_start(shape, now)
+            if borrows is not None:
+                return borrows, order, shape
+            heapq.heappop(heap)
+            self._sleep(shape)
 
     def _first_fit(self, shape: tuple) -> str | None:
         ledger = self.ledger
@@ -580,68 +794,106 @@ class _Run:
                 return check.pool
         return None
 
-    # Admissions at time `now`: the queue's first job that can start does, and the search begins
-    # again at the top, until none can. The awake shapes are the only ones worth trying: the
-    # others would fail (see _sleep), and a shape woken by an admission (a new victim for it, a
-    # preemption that freed more than it took) joins the heap at its place in the queue.
+    def _can_start(self, shape: tuple, now: float) -> bool | None:
+        """Whether the shape's first job can start now (it fits, or evictions make room), and
+        then whether it borrows there: None when it cannot start. Changes nothing."""
+        project_use, cohort_use, pool_use = self.uses
+        for check in self.checks[shape]:
+            use = project_use.get(check.project_key, 0)
+            if (
+                use <= check.allowed_project
+                and cohort_use.get(check.cohort_key, 0) <= check.allowed_cohort
+                and pool_use.get(check.pool_key, 0) <= check.allowed_pool
+            ):
+                return use > check.allowed_guarantee
+        if not self.snapshot.preemption.enabled:
+            return None
+        job = self.buckets[shape][0][1]
+        for check in self.checks[shape]:
+            if self._preemption_could_help(job, check):
+                borrows = self._preempt_in(job, check, dry=True)
+                if borrows is not None:
+                    return borrows
+        return None
+
+    # Admissions at time `now`, in rounds as Kueue's scheduler takes them: each round takes the
+    # first waiting job of every project (a ClusterQueue) that can start, then admits them
+    # jobs that fit without borrowing first, then by priority and submission, each checked
+    # again at its turn; rounds go on until no project has a job that can start. A job that
+    # cannot start does not hold back the ones behind it (BestEffortFIFO). Only awake shapes are
+    # worth trying: the others would fail (see _sleep); a shape woken during a round (a new
+    # victim for it, a preemption that freed more than it took) joins its project's heap.
     def _admit(self, now: float) -> None:
         if self.reference:
             self._admit_reference(now)
             return
         buckets = self.buckets
-        heads = [(buckets[shape][0][0], 0, shape) for shape in self.awake]
-        heads.extend(self.forward)
-        self.forward = []
-        heapq.heapify(heads)
+        heads: dict[str, list[tuple[tuple, tuple]]] = {}
+        for shape in self.awake:
+            heads.setdefault(shape[0], []).append((buckets[shape][0][0], shape))
+        for heap in heads.values():
+            heapq.heapify(heap)
         self.heads = heads
         preemption = self.snapshot.preemption.enabled
         try:
-            while heads:
-                order, kind, item = heapq.heappop(heads)
-                if kind:
-                    self._group_turn(order, item)
+            while True:
+                chosen = []
+                for project in {*heads, *self.forward}:
+                    head = self._project_head(project, now)
+                    if head is not None:
+                        chosen.append(head)
+                if not chosen:
+                    return
+                chosen.sort()
+                for _, order, shape in chosen:
+                    bucket = buckets[shape]
+                    if not bucket or shape in self.sleeping or bucket[0][0] != order:
+                        continue
+                    job = bucket[0][1]
+                    pool = self._first_fit(shape)
+                    if pool is None and preemption:
+                        pool = self._preempt_for(job, shape, now)
+                    if pool is None:
+                        self._sleep(shape)  # an earlier one of the round took the room
+                        continue
+                    heapq.heappop(bucket)
+                    self._start(job, pool, now, job.duration(self.scenario))
+                    if bucket:
+                        heapq.heappush(heads[shape[0]], (bucket[0][0], shape))
+                    else:
+                        self.awake.discard(shape)
+        finally:
+            self.heads = None
+            self.forward.clear()
+            self.forwarded.clear()
+
+    def _admit_reference(self, now: float) -> None:
+        """The same rule, plainly: every round looks at every waiting shape in queue order and
+        takes each project's first one that can start; they go non-borrowing first, then in
+        queue order, each checked again at its turn."""
+        preemption = self.snapshot.preemption.enabled
+        while True:
+            ordered = sorted(
+                (bucket[0][0], shape) for shape, bucket in self.buckets.items() if bucket
+            )
+            chosen: dict[str, tuple] = {}
+            for order, shape in ordered:
+                if shape[0] in chosen:
                     continue
-                shape = item
-                bucket = buckets[shape]
-                if not bucket or shape in self.sleeping or bucket[0][0] != order:
-                    continue  # a stale entry: its shape's head has changed or it sleeps
+                borrows = self._can_start(shape, now)
+                if borrows is not None:
+                    chosen[shape[0]] = (borrows, order, shape)
+            if not chosen:
+                return
+            for _, _order, shape in sorted(chosen.values()):
+                bucket = self.buckets[shape]
                 job = bucket[0][1]
                 pool = self._first_fit(shape)
                 if pool is None and preemption:
                     pool = self._preempt_for(job, shape, now)
-                if pool is None:
-                    # This shape waits; the others go on (BestEffortFIFO).
-                    self._sleep(shape)
-                    continue
-                heapq.heappop(bucket)
-                self._start(job, pool, now, job.duration(self.scenario))
-                if bucket:
-                    heapq.heappush(heads, (bucket[0][0], 0, shape))
-                else:
-                    self.awake.discard(shape)
-        finally:
-            self.heads = None
-            self.forwarded.clear()
-
-    def _admit_reference(self, now: float) -> None:
-        """The same rule, plainly: scan every waiting shape in queue order, start the first job
-        that can start, scan again from the top."""
-        preemption = self.snapshot.preemption.enabled
-        while True:
-            heads = sorted(
-                (bucket[0][0], shape) for shape, bucket in self.buckets.items() if bucket
-            )
-            for _, shape in heads:
-                job = self.buckets[shape][0][1]
-                pool = self._first_fit(shape)
-                if pool is None and preemption:
-                    pool = self._preempt_for(job, shape, now)
                 if pool is not None:
-                    heapq.heappop(self.buckets[shape])
+                    heapq.heappop(bucket)
                     self._start(job, pool, now, job.duration(self.scenario))
-                    break
-            else:
-                return
 
     def _victims_in(self, job: SimJob, pool: str) -> list[SimJob]:
         """Candidates in Kueue's order: other projects first, lowest priority, newest start."""
@@ -664,7 +916,7 @@ class _Run:
             key=lambda o: (
                 o.project == job.project,
                 o.priority,
-                -(self.outcomes[o.key].start or 0.0),
+                -self.admitted_at.get(o.key, 0.0),
                 o.key,
             )
         )
@@ -673,14 +925,16 @@ class _Run:
     def _preempt_for(self, job: SimJob, shape: tuple, now: float) -> str | None:
         """Evict what the job needs in the first pool where that is enough; that pool."""
         for check in self.checks[shape]:
-            if self._preemption_could_help(job, check) and self._preempt_in(job, check):
+            if self._preemption_could_help(job, check) and self._preempt_in(job, check) is not None:
                 return check.pool
         return None
 
-    def _preempt_in(self, job: SimJob, check: _Check) -> bool:
+    def _preempt_in(self, job: SimJob, check: _Check, *, dry: bool = False) -> bool | None:
+        """Evict the fewest victims that make room in the check's pool; None when no set does.
+        Else whether the job borrows once they are gone (``dry``: nobody is evicted)."""
         candidates = self._victims_in(job, check.pool)
         if not candidates:
-            return False
+            return None
         project_use, cohort_use, pool_use = self.uses
         guaranteed = self.ledger.guaranteed
         # Victims run in this pool and department: one cohort and pool key for all of them.
@@ -712,7 +966,7 @@ class _Run:
         if not removed or not fits():
             for victim, victim_key in removed:
                 take(victim_key, -victim.amount)
-            return False
+            return None
         # Put back, newest removal first, every victim that is not needed after all.
         needed = [removed[-1]]
         for victim, victim_key in reversed(removed[:-1]):
@@ -721,6 +975,11 @@ class _Run:
                 continue
             take(victim_key, victim.amount)
             needed.append((victim, victim_key))
+        borrows = project_use.get(project_key, 0) > check.allowed_guarantee
+        if dry:
+            for victim, victim_key in needed:
+                take(victim_key, -victim.amount)
+            return borrows
         for victim, victim_key in needed:
             take(victim_key, -victim.amount)  # restore, then stop it the regular way
             self._stop(victim.key)
@@ -728,12 +987,13 @@ class _Run:
             outcome.preemptions += 1
             outcome.start = outcome.end = outcome.pool = None
             self._enqueue(victim)
-        return True
+        return borrows
 
     def run(self, stop_when_started: Iterable[str] = ()) -> SimulationResult:
         snapshot = self.snapshot
         now = snapshot.now
         watched = set(stop_when_started)
+        on_nodes: list[tuple[SimJob, str]] = []
         for job in snapshot.jobs:
             if job.started_at is not None:
                 # Where it runs when the snapshot does not say: the first pool with room.
@@ -741,6 +1001,13 @@ class _Run:
                     (p for p in job.pools if self.ledger.fits(job, p)), job.pools[0]
                 )
                 keys = self._move(job, pool, 1)
+                self.admitted_at[job.key] = job.started_at
+                if self._placed_by_nodes(job, pool):
+                    self.running[job.key] = (job, pool, math.inf)
+                    self.running_in.setdefault(keys[6], {})[job.key] = job
+                    self.outcomes[job.key].pool = pool
+                    on_nodes.append((job, pool))
+                    continue
                 end = job.started_at + job.duration(self.scenario)
                 # A running job past its expected end ends "any moment now".
                 end = max(end, now)
@@ -756,6 +1023,19 @@ class _Run:
                 self._enqueue(job)
             else:
                 self.arrivals.append((ready, _queue_order(job), job))
+        # Pods on nodes: those whose nodes are known first, then by start; then the admitted
+        # jobs whose pods wait for room.
+        on_nodes.sort(key=lambda item: (item[0].nodes is None, item[0].started_at, item[0].key))
+        for job, pool in on_nodes:
+            if not job.placed:
+                self.unplaced.setdefault(pool, {})[job.key] = job
+                continue
+            self.placement[job.key] = self.nodes[pool].hold(job) if job.amount else []
+            # A running job past its expected end ends "any moment now".
+            duration = max(job.duration(self.scenario), now - job.started_at)
+            self._run_from(job, pool, job.started_at, duration)
+        for pool in self.nodes:
+            self._place_waiting(pool, now)
         self.arrivals.sort(key=lambda item: (item[0], item[1]))
         arrival_index = 0
         self._admit(now)
@@ -769,6 +1049,7 @@ class _Run:
             now = min(next_end, next_arrival)
             if now > self.horizon or now == math.inf:
                 break
+            self.now = now
             while self.ends and self.ends[0][0] <= now:
                 _, generation, key = heapq.heappop(self.ends)
                 if self.generation.get(key) == generation and key in self.running:

@@ -31,6 +31,9 @@ def job(
     pools=None,
     resource="gpu",
     eligible_at=0.0,
+    pods=1,
+    nodes=None,
+    placed=True,
 ):
     running = running_since is not None
     return sim.SimJob(
@@ -47,14 +50,25 @@ def job(
         started_at=running_since * MIN if running else None,
         running_pool=pool if running else None,
         eligible_at=eligible_at * MIN,
+        pods=pods,
+        nodes=nodes,
+        placed=placed,
     )
 
 
-def snapshot(jobs, quotas, capacity=None, *, caps=(), preemption=True, threshold=None, now=0):
+def snapshot(
+    jobs, quotas, capacity=None, *, caps=(), preemption=True, threshold=None, now=0, nodes=None
+):
+    """``nodes``: {pool: GPUs per node} turns on node placement there (nodes named n0, n1...)."""
     pools = capacity or {"h100": {"gpu": 8}}
+    nodes = nodes or {}
+
+    def named(slug):
+        return tuple((f"n{i}", gpus) for i, gpus in enumerate(nodes.get(slug, ())))
+
     return sim.Snapshot(
         now=now * MIN,
-        pools=tuple(sim.Pool(slug, dict(c)) for slug, c in pools.items()),
+        pools=tuple(sim.Pool(slug, dict(c), nodes=named(slug)) for slug, c in pools.items()),
         quotas=tuple(quotas),
         caps=tuple(caps),
         jobs=tuple(jobs),
@@ -71,6 +85,28 @@ def starts(snap, **kwargs):
 
 
 CASES = {
+    "Kueue admits a job within its guarantee before an older one that must borrow": (
+        [
+            job("x", amount=4, running_since=-10, minutes=70),
+            job("y", amount=4, running_since=-10, minutes=40),
+            job("a-old", amount=4, at=-10),
+            job("b-new", project="b", amount=4, at=-5),
+        ],
+        [quota("a", 4, None), quota("b", 4, None)],
+        None,
+        {"b-new": 30, "a-old": 60},
+    ),
+    "one job per project per round: another project's borrower goes before a second job": (
+        [
+            job("b-run", project="b", amount=6, running_since=-10, minutes=40),
+            job("a1", amount=4, at=-3, minutes=120),
+            job("a2", amount=2, at=-2),
+            job("b1", project="b", amount=2, at=-1, minutes=120),
+        ],
+        [quota("a", 6, None), quota("b", 6, None)],
+        {"h100": {"gpu": 12}},
+        {"a1": 0, "b1": 0, "a2": 30},
+    ),
     "a free pool starts everything at once": (
         [job("x", amount=4), job("y", amount=4, at=1)],
         [quota("a", 8)],
@@ -217,6 +253,84 @@ CASES = {
 }
 
 
+# Node placement: two 8-GPU nodes (n0, n1). Kueue admits on quota; a job starts when each of its
+# pods finds a node, the one left fullest (kube-scheduler's MostAllocated, as kubesim scores).
+TWO_NODES = {"h100": (8, 8)}
+SIXTEEN = {"h100": {"gpu": 16}}
+NODE_CASES = {
+    "an 8-GPU pod waits for a whole node, not for 8 GPUs anywhere": (
+        [
+            job("x", amount=4, running_since=-10, minutes=30, nodes=("n0",)),
+            job("y", amount=4, running_since=-10, minutes=60, nodes=("n1",)),
+            job("big", amount=8, at=0),
+        ],
+        [quota("a", 16)],
+        {"x": -10, "y": -10, "big": 20},
+    ),
+    "small pods are packed onto one node, keeping the other whole": (
+        [job("s1", amount=2, at=0), job("s2", amount=2, at=1), job("big", amount=8, at=2)],
+        [quota("a", 16)],
+        {"s1": 0, "s2": 1, "big": 2},
+    ),
+    "an admitted job holds its quota while its pod waits for a node": (
+        [
+            job("x", amount=4, running_since=0, minutes=30, nodes=("n0",)),
+            job("y", amount=4, running_since=0, minutes=60, nodes=("n1",)),
+            job("big", amount=8, at=1),
+            job("small", amount=4, at=2),
+        ],
+        [quota("a", 16)],
+        {"big": 30, "small": 30},
+    ),
+    "a quota larger than the nodes: admitted jobs queue at the nodes in priority order": (
+        [
+            job("run", project="b", amount=8, running_since=0, minutes=30, dept="e", pods=2),
+            job("first", amount=8, at=1),
+            job("second", amount=8, at=2),
+            job("urgent", amount=8, at=3, priority=HIGH_PRIO),
+        ],
+        [quota("a", 24), quota("b", 8, dept="e")],
+        {"run": 0, "first": 1, "urgent": 30, "second": 61},
+    ),
+    "a gang's pods are placed all or none, each on a node of its own when it must be": (
+        [
+            job("x", amount=4, running_since=0, minutes=30, nodes=("n0",)),
+            job("gang", amount=16, pods=2, at=1),
+        ],
+        [quota("a", 16)],
+        {"gang": 30},
+    ),
+    "a pod larger than every node never starts": (
+        [job("huge", amount=16, at=0), job("pair", amount=16, pods=2, at=1)],
+        [quota("a", 16)],
+        {"huge": None, "pair": 1},
+    ),
+    "an admitted job whose pods wait in the snapshot starts when a node frees": (
+        [
+            job("x", amount=8, running_since=-10, minutes=20, nodes=("n0",)),
+            job("y", amount=4, running_since=-10, minutes=60, nodes=("n1",)),
+            job("waiting", amount=8, running_since=-2, placed=False),
+            job("queued", amount=4, at=-1),
+        ],
+        [quota("a", 24)],
+        {"waiting": 10, "queued": 0},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(NODE_CASES))
+def test_node_placement(name):
+    jobs, quotas, expected = NODE_CASES[name]
+    got = starts(snapshot(jobs, quotas, SIXTEEN, nodes=TWO_NODES))
+    assert {k: got[k] for k in expected} == expected
+
+
+def test_a_pod_larger_than_every_node_is_never_possible():
+    snap = snapshot([], [quota("a", 16)], SIXTEEN, nodes=TWO_NODES)
+    assert not sim.forecast(snap, job("huge", amount=16)).possible
+    assert sim.forecast(snap, job("pair", amount=16, pods=2)).starts_now
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_admission_order(name):
     jobs, quotas, capacity, expected = CASES[name]
@@ -315,6 +429,12 @@ def _random_snapshot(rng):
         for resource in ("gpu", "1g.10gb")
     ]
     capacity = {p: {"gpu": rng.randint(4, 14), "1g.10gb": rng.randint(2, 8)} for p in pools}
+    # Some pools place whole GPUs on nodes (of 4 or 8 GPUs).
+    nodes = {
+        p: tuple((f"{p}{n}", rng.choice([4, 8])) for n in range(rng.randint(1, 3)))
+        for p in pools
+        if rng.random() < 0.5
+    }
     jobs = []
     for i in range(rng.randint(5, 40)):
         project, dept = rng.choice(projects)
@@ -323,12 +443,15 @@ def _random_snapshot(rng):
         running = rng.random() < 0.3
         submitted = rng.randint(-30, 60)
         since = rng.randint(-60, 0) if running else None
+        pods, per_pod = rng.choice([(1, 1), (1, 1), (1, 2), (1, 3), (1, 4), (1, 8), (2, 2), (2, 4)])
         jobs.append(
             job(
                 f"j{i}",
                 project=project,
                 dept=dept,
-                amount=rng.choice([1, 1, 2, 3, 4, 8]),
+                amount=pods * per_pod,
+                pods=pods,
+                placed=not running or rng.random() < 0.8,
                 minutes=minutes,
                 low=minutes / 2,
                 priority=rng.choice([LOW_PRIO, NORMAL, HIGH_PRIO]),
@@ -342,7 +465,7 @@ def _random_snapshot(rng):
         )
     return sim.Snapshot(
         now=0.0,
-        pools=tuple(sim.Pool(slug, c) for slug, c in capacity.items()),
+        pools=tuple(sim.Pool(slug, c, nodes=nodes.get(slug, ())) for slug, c in capacity.items()),
         quotas=tuple(quotas),
         jobs=tuple(jobs),
         preemption=sim.Preemption(
