@@ -269,7 +269,7 @@ class _Nodes:
     dropped when met), so a choice looks at a handful of counts, not at every node.
     """
 
-    __slots__ = ("by_free", "free", "index", "size")
+    __slots__ = ("by_free", "count", "free", "index", "size")
 
     def __init__(self, nodes: tuple[tuple[str, int], ...]) -> None:
         ordered = sorted(nodes)  # equal scores go to the first name, as kube-scheduler's do here
@@ -277,17 +277,24 @@ class _Nodes:
         self.index = {name: i for i, (name, _) in enumerate(ordered)}
         self.size = max(self.free, default=0)
         self.by_free: dict[int, list[int]] = {}
+        self.count: dict[int, int] = {}  # free GPUs → how many nodes have that many
         for i, free in enumerate(self.free):
             self.by_free.setdefault(free, []).append(i)
+            self.count[free] = self.count.get(free, 0) + 1
 
     def _first_with(self, free: int) -> int:
         """The first node with exactly ``free`` GPUs free, or -1."""
+        if not self.count.get(free):
+            return -1
         heap = self.by_free.get(free)
         while heap and self.free[heap[0]] != free:
             heapq.heappop(heap)
         return heap[0] if heap else -1
 
     def _set(self, i: int, free: int) -> None:
+        count = self.count
+        count[self.free[i]] -= 1
+        count[free] = count.get(free, 0) + 1
         self.free[i] = free
         heapq.heappush(self.by_free.setdefault(free, []), i)
 
@@ -300,8 +307,9 @@ class _Nodes:
         return -1
 
     def most_free(self) -> int:
+        count = self.count
         for free in range(self.size, 0, -1):
-            if self._first_with(free) >= 0:
+            if count.get(free):
                 return free
         return 0
 
@@ -489,7 +497,12 @@ class _Run:
             return
         nodes = self.nodes[pool]
         admitted_at = self.admitted_at
-        for job in sorted(waiting.values(), key=lambda j: (-j.priority, admitted_at[j.key], j.key)):
+        ordered = (
+            list(waiting.values())
+            if len(waiting) == 1
+            else sorted(waiting.values(), key=lambda j: (-j.priority, admitted_at[j.key], j.key))
+        )
+        for job in ordered:
             if nodes.most_free() <= 0:
                 break
             taken = nodes.place(job.pod_amount, job.pods) if job.amount else []
