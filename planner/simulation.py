@@ -405,6 +405,10 @@ class _Run:
                 )
             self.possible[job.key] = possible
         self.job_keys: dict[str, tuple] = {}  # job key → its pool and keys there (see _move)
+        # Every start and stop moves the version: an eviction plan found at one version (a
+        # round's look at a head) is still right at its turn if nothing moved since.
+        self.version = 0
+        self.plans: dict[tuple, tuple] = {}  # shape → (version, check, victims)
         # (pool, resource) keys not limited at admission (whole GPUs of a pool with nodes)
         self.unbounded = set(self.ledger.largest_node)
         # Node placement (pools with nodes, whole GPUs): an admitted job holds its quota from
@@ -435,6 +439,7 @@ class _Run:
     def _move(self, job: SimJob, pool: str, sign: int) -> tuple:
         """A job starts (sign 1) or stops (-1) in a pool: the use and the lower-priority sums;
         its keys."""
+        self.version += 1
         keys = self.job_keys.get(job.key)
         if keys is None or keys[0] != pool:
             keys = self._keys(job, pool)
@@ -937,6 +942,11 @@ class _Run:
 
     def _preempt_for(self, job: SimJob, shape: tuple, now: float) -> str | None:
         """Evict what the job needs in the first pool where that is enough; that pool."""
+        plan = self.plans.pop(shape, None)
+        if plan is not None and plan[0] == self.version:
+            _, check, victims = plan
+            self._evict(victims)
+            return check.pool
         for check in self.checks[shape]:
             if self._preemption_could_help(job, check) and self._preempt_in(job, check) is not None:
                 return check.pool
@@ -989,18 +999,22 @@ class _Run:
             take(victim_key, victim.amount)
             needed.append((victim, victim_key))
         borrows = project_use.get(project_key, 0) > check.allowed_guarantee
-        if dry:
-            for victim, victim_key in needed:
-                take(victim_key, -victim.amount)
-            return borrows
         for victim, victim_key in needed:
-            take(victim_key, -victim.amount)  # restore, then stop it the regular way
+            take(victim_key, -victim.amount)  # restore; the eviction stops them the regular way
+        victims = [victim for victim, _ in needed]
+        if dry:
+            self.plans[_shape(job)] = (self.version, check, victims)
+            return borrows
+        self._evict(victims)
+        return borrows
+
+    def _evict(self, victims: list[SimJob]) -> None:
+        for victim in victims:
             self._stop(victim.key)
             outcome = self.outcomes[victim.key]
             outcome.preemptions += 1
             outcome.start = outcome.end = outcome.pool = None
             self._enqueue(victim)
-        return borrows
 
     def run(self, stop_when_started: Iterable[str] = ()) -> SimulationResult:
         snapshot = self.snapshot
