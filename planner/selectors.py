@@ -393,6 +393,7 @@ def period_replay_jobs(*, start: datetime, end: datetime, inputs: Inputs) -> lis
                     submitted_at=job.created_at.timestamp(),
                     duration_high=run,
                     started_at=job.started.timestamp() if running_at_start else None,
+                    pods=job.pods,  # a gang's pods find nodes one by one
                 ),
                 actual_start=job.started.timestamp() if job.started else None,
                 actual_end=ended.timestamp() if ended else None,

@@ -1244,7 +1244,10 @@ def forecast_text(result: Forecast) -> str:
     """'now'; 'likely to start in 25–40 min'; 'not within 24 h at today's load'."""
     horizon = duration_text(result.horizon)
     if not result.possible:
-        return "never: the project's quota or the pool is smaller than this request"
+        return (
+            "never: the project's quota or the pool (or, for one pod, each of its nodes) is "
+            "smaller than this request"
+        )
     if result.starts_now:
         return "now"
     if result.high is None and result.low is None:

@@ -233,3 +233,37 @@ def test_a_month_replayed_shows_the_p90_wait_falling_when_the_quota_rises(person
     # Every job ran, either way: the same GPU-hours served.
     assert today["gpu_hours"] == pytest.approx(proposed["gpu_hours"], rel=0.01)
     assert ProjectQuota.objects.get(project=personas.project_a, resource="gpu").nominal == 2
+
+
+def test_the_whatif_places_a_gangs_pods_node_by_node(personas, api_client_for):
+    """A 2 × 8-GPU gang on a pool of 8-GPU nodes: each pod takes a node, so the replay starts
+    it (as one 16-GPU pod it would fit no node and never start)."""
+    from django.utils import timezone
+
+    from jobs.models import Job
+
+    start = timezone.now() - timedelta(days=2)
+    gang = make_job(
+        personas,
+        name="gang",
+        state="succeeded",
+        created=start + timedelta(hours=1),
+        started=start + timedelta(hours=1, minutes=1),
+        ended=start + timedelta(hours=3),
+        gpus=8,
+        kind="gang",
+    )
+    Job.objects.filter(pk=gang.pk).update(replicas=2)
+    body = {
+        "start": start.isoformat(),
+        "end": timezone.now().isoformat(),
+        "quotas": [{"project": "alpha", "pool": "h100", "nominal": 16, "borrowing_limit": 0}],
+    }
+    response = api_client_for(personas.staff).post(WHATIF, body, format="json")
+    assert response.status_code == 200, response.content
+    alpha = next(p for p in response.json()["projects"] if p["project"] == "alpha")
+    # today alpha may hold 12 GPUs at most: never; with 16 guaranteed it runs, a pod per node
+    assert alpha["current_quotas"]["not_started"] == 1
+    proposed = alpha["proposed_quotas"]
+    assert (proposed["jobs"], proposed["not_started"]) == (1, 0)
+    assert proposed["gpu_hours"] == pytest.approx(16 * 2, rel=0.05)
