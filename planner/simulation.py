@@ -360,6 +360,9 @@ class _Run:
         self.running: dict[str, tuple[SimJob, str, float]] = {}  # key → (job, pool, end)
         # The running jobs per (pool, resource, department): where victims are looked for.
         self.running_in: dict[tuple[str, str, str], dict[str, SimJob]] = {}
+        # Those running jobs by priority, newest admission first (victims are taken in that
+        # order); dropped when a job starts or stops there.
+        self.victim_order: dict[tuple[str, str, str], list[SimJob]] = {}
         self.ends: list[tuple[float, int, str]] = []  # heap of (end, generation, key)
         self.generation: dict[str, int] = {}
         self.buckets: dict[tuple, list[tuple]] = {}  # shape → heap of (order, job)
@@ -532,6 +535,7 @@ class _Run:
         if running_in is None:
             running_in = self.running_in[keys[6]] = {}
         running_in[job.key] = job
+        self.victim_order.pop(keys[6], None)
         outcome = self.outcomes[job.key]
         ledger = self.ledger
         borrowed = ledger.project_use[keys[1]] - ledger.guaranteed.get(keys[1], 0)
@@ -555,6 +559,7 @@ class _Run:
         job, pool, _ = self.running.pop(key)
         keys = self._move(job, pool, -1)
         del self.running_in[keys[6]][key]
+        self.victim_order.pop(keys[6], None)
         taken = self.placement.pop(key, None)
         if taken is not None:
             self.nodes[pool].release(taken, job.pod_amount)
@@ -920,25 +925,23 @@ class _Run:
             ledger.guaranteed.get((job.project, pool, job.resource), 0)
         )
         threshold = self.snapshot.preemption.borrow_threshold
-        found = []
-        for other in self.running_in.get((pool, job.resource, job.department), {}).values():
-            if other.priority >= job.priority:
-                continue
-            if other.project != job.project:
-                if other.department != job.department:
-                    continue
-                if not reclaim and threshold is not None and other.priority > threshold:
-                    continue
-            found.append(other)
-        found.sort(
-            key=lambda o: (
-                o.project == job.project,
-                o.priority,
-                -self.admitted_at.get(o.key, 0.0),
-                o.key,
+        key = (pool, job.resource, job.department)
+        ordered = self.victim_order.get(key)
+        if ordered is None:
+            admitted_at = self.admitted_at
+            ordered = self.victim_order[key] = sorted(
+                self.running_in.get(key, {}).values(),
+                key=lambda o: (o.priority, -admitted_at.get(o.key, 0.0), o.key),
             )
-        )
-        return found
+        others, own = [], []
+        for other in ordered:
+            if other.priority >= job.priority:
+                break
+            if other.project == job.project:
+                own.append(other)
+            elif reclaim or threshold is None or other.priority <= threshold:
+                others.append(other)
+        return others + own
 
     def _preempt_for(self, job: SimJob, shape: tuple, now: float) -> str | None:
         """Evict what the job needs in the first pool where that is enough; that pool."""
