@@ -89,11 +89,11 @@ class Worker:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 20) -> None:
         if self.process and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
-                self.process.wait(20)
+                self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
 
@@ -149,7 +149,9 @@ def worker_factory(e2e_kubesim, celery_to_redis, e2e_redis_url, tmp_path, settin
 
     yield start
     for worker in workers:
-        worker.stop()
+        # Cleanup, not a test of the warm shutdown: a worker still busy with the test's last
+        # tasks after a few seconds is killed (the next test flushes Redis and the database).
+        worker.stop(timeout=3)
         # Shown by pytest when the test failed (with kubesim's, below).
         print(f"--- {worker.log.name} ---\n{worker.log.read_text(errors='replace')[-4000:]}")
     kubesim_log = e2e_kubesim.log_file.read_text(errors="replace")
