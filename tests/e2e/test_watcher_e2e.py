@@ -408,8 +408,9 @@ def test_a_volcano_gang_runs_to_success_with_each_rank_recorded(
         gpus=2,
         replicas=3,
         backend="volcano",
-        # Long enough (15 s at speed 100) that a loaded machine still sees it running.
-        command=["sh", "-c", "echo rank $RANK of $WORLD_SIZE; sleep 1500"],
+        # Long enough (25 s at speed 100) that a loaded machine still sees it running: at 15 s
+        # a full suite's last minutes once hid the Running state from the watcher.
+        command=["sh", "-c", "echo rank $RANK of $WORLD_SIZE; sleep 2500"],
     )
     done = wait_state(gang["id"], {"succeeded", "failed"}, timeout=180)
     assert done.state == "succeeded", done.state_message
