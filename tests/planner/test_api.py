@@ -195,6 +195,21 @@ def test_apply_sets_the_quota_through_the_quota_service(personas, api_client_for
     assert (quota.nominal, quota.borrowing_limit) == (6, 2)
 
 
+def alpha_whatif(personas, api_client_for, start, *, nominal: int) -> dict:
+    """Staff's what-if from ``start`` until now with alpha's guarantee set to ``nominal`` (no
+    borrowing): alpha's row."""
+    from django.utils import timezone
+
+    body = {
+        "start": start.isoformat(),
+        "end": timezone.now().isoformat(),
+        "quotas": [{"project": "alpha", "pool": "h100", "nominal": nominal, "borrowing_limit": 0}],
+    }
+    response = api_client_for(personas.staff).post(WHATIF, body, format="json")
+    assert response.status_code == 200, response.content
+    return next(p for p in response.json()["projects"] if p["project"] == "alpha")
+
+
 def test_a_month_replayed_shows_the_p90_wait_falling_when_the_quota_rises(personas, api_client_for):
     """A generated month: alpha submits a 2-GPU job every 30 minutes, each runs 2 hours, on a
     guarantee of 2 GPUs without borrowing: a queue builds. With 8 GPUs it keeps up."""
@@ -216,14 +231,7 @@ def test_a_month_replayed_shows_the_p90_wait_falling_when_the_quota_rises(person
             ended=began + timedelta(hours=2),
             gpus=2,
         )
-    body = {
-        "start": start.isoformat(),
-        "end": timezone.now().isoformat(),
-        "quotas": [{"project": "alpha", "pool": "h100", "nominal": 8, "borrowing_limit": 0}],
-    }
-    response = api_client_for(personas.staff).post(WHATIF, body, format="json")
-    assert response.status_code == 200, response.content
-    alpha = next(p for p in response.json()["projects"] if p["project"] == "alpha")
+    alpha = alpha_whatif(personas, api_client_for, start, nominal=8)
     today, proposed = alpha["current_quotas"], alpha["proposed_quotas"]
     assert today["jobs"] == proposed["jobs"] == 120
     # Twelve 2-hour jobs every six hours on 2 GPUs: the last waits 22 hours; on 8 GPUs, 4.
@@ -254,14 +262,7 @@ def test_the_whatif_places_a_gangs_pods_node_by_node(personas, api_client_for):
         kind="gang",
     )
     Job.objects.filter(pk=gang.pk).update(replicas=2)
-    body = {
-        "start": start.isoformat(),
-        "end": timezone.now().isoformat(),
-        "quotas": [{"project": "alpha", "pool": "h100", "nominal": 16, "borrowing_limit": 0}],
-    }
-    response = api_client_for(personas.staff).post(WHATIF, body, format="json")
-    assert response.status_code == 200, response.content
-    alpha = next(p for p in response.json()["projects"] if p["project"] == "alpha")
+    alpha = alpha_whatif(personas, api_client_for, start, nominal=16)
     # today alpha may hold 12 GPUs at most: never; with 16 guaranteed it runs, a pod per node
     assert alpha["current_quotas"]["not_started"] == 1
     proposed = alpha["proposed_quotas"]
