@@ -21,12 +21,20 @@ TEST_WORKERS ?= 4
 # CLI (cli/) are three distributions, installed side by side in development mode. "compat" editable
 # mode puts kubesim/ itself on sys.path, so `import kubesim` finds the package kubesim/kubesim/ and
 # not the distribution's folder (which would otherwise import as an empty namespace package).
+# uv (from PyPI) installs the same set as pip in about a tenth of the time; pip does it where uv
+# cannot be had. Byte-compiled at install, as pip does: the tests' processes then load .pyc files.
 $(STAMP): pyproject.toml kubesim/pyproject.toml cli/pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Python 3.11, 3.12 or 3.13 is needed (none found on PATH)" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --config-settings editable_mode=compat \
-		-e '.[dev]' -e ./kubesim -e ./cli
+	if $(PY) -m pip install --quiet uv; then \
+		$(PY) -m uv pip install --quiet --python $(PY) --compile-bytecode --upgrade pip && \
+		$(PY) -m uv pip install --quiet --python $(PY) --compile-bytecode \
+			--config-setting editable_mode=compat -e '.[dev]' -e ./kubesim -e ./cli; \
+	else \
+		$(PY) -m pip install --quiet --upgrade pip && \
+		$(PY) -m pip install --quiet --config-settings editable_mode=compat \
+			-e '.[dev]' -e ./kubesim -e ./cli; \
+	fi
 	touch $(STAMP)
 
 venv: $(STAMP)

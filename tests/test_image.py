@@ -2,11 +2,12 @@
 
 The Dockerfile is read line by line: its COPY lines copy what Docker would copy (the build context
 minus .dockerignore) into an empty folder standing for /app, its RUN lines run there with a fresh
-venv's Python first on PATH (`pip install .` installs the portal, not editable, no extra), its ENV
-lines set the environment. Then every process the image runs is started from that folder: the
-web server's app (gunicorn --check-config loads it), `check --deploy`, `migrate` on a fresh
-database, a Celery worker that must register every task beat schedules, and the watcher's command.
-An app left out of the package list or of the copy fails here, as kubesim getting in does.
+venv's Python first on PATH (`pip install .` installs the portal, not editable, no extra; uv does
+it where the test run has uv, see tests/installing.py), its ENV lines set the environment. Then
+every process the image runs is started from that folder: the web server's app (gunicorn
+--check-config loads it), `check --deploy`, `migrate` on a fresh database, a Celery worker that
+must register every task beat schedules, and the watcher's command. An app left out of the
+package list or of the copy fails here, as kubesim getting in does.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from django.conf import settings
+
+from tests.installing import HAVE_UV, INSTALLER_ENV, as_installer
 
 REPO = Path(__file__).resolve().parent.parent
 # The build context as Docker sees it: the working tree's files (tracked or new, not ignored).
@@ -98,8 +101,9 @@ class ReplayedImage:
 def image(tmp_path_factory) -> ReplayedImage:
     base = tmp_path_factory.mktemp("image")
     venv_dir = base / "venv"
-    venv.EnvBuilder(with_pip=True).create(venv_dir)
+    venv.EnvBuilder(with_pip=not HAVE_UV).create(venv_dir)
     env = {
+        **INSTALLER_ENV,
         "PATH": f"{venv_dir / 'bin'}:/usr/bin:/bin",
         "HOME": os.environ.get("HOME", str(base)),
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
@@ -136,7 +140,7 @@ def image(tmp_path_factory) -> ReplayedImage:
         elif word == "RUN":
             if args.startswith(SKIPPED_RUN):
                 continue
-            command = args.replace("/app", str(workdir))
+            command = as_installer(args.replace("/app", str(workdir)), venv_dir / "bin" / "python")
             result = subprocess.run(
                 ["bash", "-c", command], cwd=workdir, env=env, capture_output=True, text=True
             )

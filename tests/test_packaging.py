@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.installing import HAVE_UV, INSTALLER_ENV, install_command
+
 REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 PROJECT = PYPROJECT["project"]
@@ -176,18 +178,23 @@ def test_this_repository_passes_the_standalone_check():
 
 
 def test_kubesim_installs_alone_in_a_fresh_venv_and_runs(tmp_path):
-    """`pip install ./kubesim` (not editable, no portal, no extra) gives a working `kubesim`."""
+    """`pip install ./kubesim` (not editable, no portal, no extra) gives a working `kubesim`
+    (installed with uv where the test run has it: tests/installing.py)."""
     import venv
 
-    venv.EnvBuilder(with_pip=True).create(tmp_path / "venv")
+    venv.EnvBuilder(with_pip=not HAVE_UV).create(tmp_path / "venv")
     bin_dir = tmp_path / "venv" / "bin"
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path))}
+    env = {
+        **INSTALLER_ENV,
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", str(tmp_path)),
+    }
     source = tmp_path / "kubesim-src"
     shutil.copytree(
         REPO / "kubesim", source, ignore=shutil.ignore_patterns("*.egg-info", "__pycache__")
     )
     install = subprocess.run(
-        [bin_dir / "python", "-m", "pip", "install", "--quiet", "--no-compile", str(source)],
+        [*install_command(bin_dir / "python"), str(source)],
         env=env,
         capture_output=True,
         text=True,
