@@ -142,6 +142,11 @@ class PortalAutoSchema(AutoSchema):
             "404": "No such object, or it belongs to a project you are not a member of."
             if "{" in self.path
             else "",
+            # Any body is read by its Content-Type; one the API has no parser for is refused.
+            "415": "The body's Content-Type is not one the API reads: send JSON "
+            "(`application/json`), a form or multipart form data."
+            if self.method in ("POST", "PUT", "PATCH")
+            else "",
         }
         for code, description in error_codes.items():
             if description and code not in responses:
