@@ -31,6 +31,7 @@ What it does not know: image pulls and start-up time, and jobs that will be subm
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Iterable, Mapping
@@ -361,8 +362,9 @@ class _Run:
         # The running jobs per (pool, resource, department): where victims are looked for.
         self.running_in: dict[tuple[str, str, str], dict[str, SimJob]] = {}
         # Those running jobs by priority, newest admission first (victims are taken in that
-        # order); dropped when a job starts or stops there.
-        self.victim_order: dict[tuple[str, str, str], list[SimJob]] = {}
+        # order), as (priority, -admission, key, job); sorted once when first searched, then
+        # kept in order as jobs start and stop there.
+        self.victim_order: dict[tuple[str, str, str], list[tuple]] = {}
         self.ends: list[tuple[float, int, str]] = []  # heap of (end, generation, key)
         self.generation: dict[str, int] = {}
         self.buckets: dict[tuple, list[tuple]] = {}  # shape → heap of (order, job)
@@ -504,6 +506,8 @@ class _Run:
         if not waiting:
             return
         nodes = self.nodes[pool]
+        if nodes.most_free() <= 0:
+            return
         admitted_at = self.admitted_at
         ordered = (
             list(waiting.values())
@@ -535,7 +539,9 @@ class _Run:
         if running_in is None:
             running_in = self.running_in[keys[6]] = {}
         running_in[job.key] = job
-        self.victim_order.pop(keys[6], None)
+        ordered = self.victim_order.get(keys[6])
+        if ordered is not None:
+            bisect.insort(ordered, (job.priority, -at, job.key, job))
         outcome = self.outcomes[job.key]
         ledger = self.ledger
         borrowed = ledger.project_use[keys[1]] - ledger.guaranteed.get(keys[1], 0)
@@ -559,7 +565,10 @@ class _Run:
         job, pool, _ = self.running.pop(key)
         keys = self._move(job, pool, -1)
         del self.running_in[keys[6]][key]
-        self.victim_order.pop(keys[6], None)
+        ordered = self.victim_order.get(keys[6])
+        if ordered is not None:
+            entry = (job.priority, -self.admitted_at[key], key)
+            del ordered[bisect.bisect_left(ordered, entry)]
         taken = self.placement.pop(key, None)
         if taken is not None:
             self.nodes[pool].release(taken, job.pod_amount)
@@ -930,12 +939,13 @@ class _Run:
         if ordered is None:
             admitted_at = self.admitted_at
             ordered = self.victim_order[key] = sorted(
-                self.running_in.get(key, {}).values(),
-                key=lambda o: (o.priority, -admitted_at.get(o.key, 0.0), o.key),
+                (o.priority, -admitted_at[o.key], o.key, o)
+                for o in self.running_in.get(key, {}).values()
             )
         others, own = [], []
-        for other in ordered:
-            if other.priority >= job.priority:
+        priority = job.priority
+        for other_priority, _, _, other in ordered:
+            if other_priority >= priority:
                 break
             if other.project == job.project:
                 own.append(other)
