@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import Count, Min, Q
 from django.utils import timezone
@@ -242,28 +243,41 @@ def sim_job(
     )
 
 
+_SNAPSHOT_FIELDS = (
+    "id",
+    "project__slug",
+    "project__department__slug",
+    "submitter_id",
+    "image",
+    "kind",
+    "gpus",
+    "replicas",
+    "mig_profile",
+    "pool__slug",
+    "eligible_pools",
+    "priority",
+    "max_runtime_minutes",
+    "state",
+    "state_changed_at",
+    "created_at",
+)
+
+
 def active_jobs() -> list[Job]:
     return list(
         Job.objects.filter(state__in=ACTIVE)
         .select_related("project__department", "pool")
-        .only(
-            "id",
-            "project__slug",
-            "project__department__slug",
-            "submitter_id",
-            "image",
-            "kind",
-            "gpus",
-            "replicas",
-            "mig_profile",
-            "pool__slug",
-            "eligible_pools",
-            "priority",
-            "max_runtime_minutes",
-            "state",
-            "state_changed_at",
-            "created_at",
-        )
+        .only(*_SNAPSHOT_FIELDS)
+    )
+
+
+def recent_jobs(*, now: datetime, window: timedelta) -> list[Job]:
+    """The jobs submitted in the window before ``now``, whatever became of them: the rate of
+    submissions the forecast expects to go on."""
+    return list(
+        Job.objects.filter(created_at__gte=now - window, created_at__lt=now)
+        .select_related("project__department", "pool")
+        .only(*_SNAPSHOT_FIELDS)
     )
 
 
@@ -273,8 +287,11 @@ def cluster_snapshot(
     """The cluster now: running jobs (with expected ends) and queued ones, in one snapshot."""
     inputs = inputs or planner_inputs()
     jobs = active_jobs()
+    window = timedelta(minutes=settings.PORTAL_FORECAST_ARRIVAL_WINDOW_MINUTES)
+    recent = recent_jobs(now=inputs.now, window=window) if window else []
     history = run_history(
-        submitter_ids={j.submitter_id for j in jobs} | set(extra_submitters), now=inputs.now
+        submitter_ids={j.submitter_id for j in (*jobs, *recent)} | set(extra_submitters),
+        now=inputs.now,
     )
     pod_nodes = running_pod_nodes(j.pk for j in jobs if j.state in STARTED_STATES)
     seen: dict[str, set[str]] = defaultdict(set)
@@ -306,6 +323,19 @@ def cluster_snapshot(
         caps=inputs.caps,
         jobs=tuple(sim_jobs),
         preemption=inputs.preemption,
+        recent=tuple(
+            sim_job(
+                job,
+                key=f"recent-{job.pk}",
+                inputs=inputs,
+                history=history,
+                project_slug=job.project.slug,
+                department_slug=job.project.department.slug,
+                submitted_at=job.created_at.timestamp(),
+            )
+            for job in recent
+        ),
+        arrival_window=window.total_seconds(),
     )
     return snapshot, history, inputs
 

@@ -116,6 +116,11 @@ class Snapshot:
     caps: tuple[DepartmentCap, ...] = ()
     jobs: tuple[SimJob, ...] = ()  # running and queued (and, for a replay, not yet submitted)
     preemption: Preemption = field(default_factory=Preemption)
+    # The jobs submitted in the last ``arrival_window`` seconds (any state): the forecast's
+    # conservative end expects as many of higher priority in each window to come (see
+    # expected_arrivals).
+    recent: tuple[SimJob, ...] = ()
+    arrival_window: float = 0.0
 
 
 @dataclass(slots=True)
@@ -1160,22 +1165,55 @@ class Forecast:
 NOW_SECONDS = 60.0  # a start within a minute is "now"
 
 
+MAX_EXPECTED_ARRIVALS = 2000
+
+
+def expected_arrivals(snapshot: Snapshot, probe: SimJob, horizon_seconds: float) -> list[SimJob]:
+    """The jobs expected to be submitted after the probe that would go ahead of it: as many of
+    higher priority in every coming window as came in the last one, each window's spread evenly
+    over it (a rate, not a replay of the past hour's bursts), up to the horizon. Jobs of the
+    probe's priority or lower queue behind it."""
+    window = snapshot.arrival_window
+    ahead = [job for job in snapshot.recent if job.priority > probe.priority]
+    if window <= 0 or not ahead:
+        return []
+    ahead.sort(key=lambda job: (job.submitted_at, job.key))
+    step = window / len(ahead)
+    expected = []
+    for n in range(min(MAX_EXPECTED_ARRIVALS, int(horizon_seconds / step))):
+        model = ahead[n % len(ahead)]
+        at = snapshot.now + step * (n + 0.5)
+        expected.append(
+            replace(
+                model,
+                key=f"expected-{n}",
+                submitted_at=at,
+                eligible_at=0.0,
+                started_at=None,
+                running_pool=None,
+                nodes=None,
+                placed=True,
+            )
+        )
+    return expected
+
+
 def forecast(snapshot: Snapshot, probe: SimJob, *, horizon_seconds: float = 24 * 3600) -> Forecast:
-    """The start range of ``probe`` (a job not in the snapshot yet, or one of its queued jobs)."""
+    """The start range of ``probe`` (a job not in the snapshot yet, or one of its queued jobs).
+
+    The early end assumes running jobs end early and nothing new comes; the late end, the
+    conservative run times and the higher-priority submissions the last window's rate expects.
+    """
     others = tuple(job for job in snapshot.jobs if job.key != probe.key)
-    with_probe = Snapshot(
-        now=snapshot.now,
-        pools=snapshot.pools,
-        quotas=snapshot.quotas,
-        caps=snapshot.caps,
-        jobs=(*others, probe),
-        preemption=snapshot.preemption,
-    )
+    with_probe = replace(snapshot, jobs=(*others, probe))
+    arrivals = tuple(expected_arrivals(snapshot, probe, horizon_seconds))
     starts: dict[str, float | None] = {}
     pool = None
     for scenario in (LOW, HIGH):
         result = simulate(
-            with_probe,
+            replace(with_probe, jobs=(*with_probe.jobs, *arrivals))
+            if scenario == HIGH and arrivals
+            else with_probe,
             horizon_seconds=horizon_seconds,
             scenario=scenario,
             stop_when_started=(probe.key,),

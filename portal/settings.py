@@ -372,6 +372,11 @@ PORTAL_KUBE_BURST = env.int("PORTAL_KUBE_BURST", default=40)
 PORTAL_ARRAY_APPLY_CONCURRENCY = env.int("PORTAL_ARRAY_APPLY_CONCURRENCY", default=8)
 # Items per LIST page (limit/continue): the resync and sweep stream lists in pages of this size.
 PORTAL_KUBE_LIST_PAGE_SIZE = env.int("PORTAL_KUBE_LIST_PAGE_SIZE", default=500)
+# The start-time forecast's late end expects, in every window of this many minutes, as many
+# higher-priority submissions as came in the last one (0: it expects none).
+PORTAL_FORECAST_ARRIVAL_WINDOW_MINUTES = env.float(
+    "PORTAL_FORECAST_ARRIVAL_WINDOW_MINUTES", default=60.0
+)
 # Lists (jobs) count exactly up to this many rows; above it they show the planner's estimate.
 PORTAL_EXACT_COUNT_CAP = env.int("PORTAL_EXACT_COUNT_CAP", default=1_000)
 # Live status (jobs/watcher): Redis for pub/sub of job changes (channel portal:jobs:<project>);

@@ -38,6 +38,48 @@ def test_a_full_quota_gives_a_range_until_the_running_job_ends(
     assert forecast["text"] == "likely to start in 5–55 min"
 
 
+def test_the_late_end_expects_the_last_hours_higher_priority_submissions_again(
+    personas, api_client_for, busy_alpha, settings
+):
+    from django.utils import timezone
+
+    from quotas.models import PriorityClass
+
+    # No class preemptible: an expected high-priority job waits for the running one to end
+    # (55 min from now), then goes before the probe.
+    PriorityClass.objects.update(preemptible=False)
+    now = timezone.now()
+    client = api_client_for(personas.member)
+    # A high-priority 8-GPU job two hours ago is outside the window: the range is unchanged.
+    make_job(
+        personas,
+        name="old-high",
+        state="succeeded",
+        created=now - timedelta(hours=2),
+        gpus=8,
+        priority="high",
+        max_runtime_minutes=30,
+    )
+    unchanged = client.get(FORECAST, query()).json()["forecast"]
+    assert 54 * 60 <= unchanged["high_seconds"] <= 55 * 60
+    make_job(
+        personas,
+        name="recent-high",
+        state="succeeded",
+        created=now - timedelta(minutes=20),
+        gpus=8,
+        priority="high",
+        max_runtime_minutes=30,
+    )
+    later = client.get(FORECAST, query()).json()["forecast"]
+    assert later["high_seconds"] >= unchanged["high_seconds"] + 25 * 60  # after its 30 min
+    # The early end expects nothing new (seconds pass between the requests).
+    assert abs(later["low_seconds"] - unchanged["low_seconds"]) <= 5
+    settings.PORTAL_FORECAST_ARRIVAL_WINDOW_MINUTES = 0
+    off = client.get(FORECAST, query()).json()["forecast"]
+    assert abs(off["high_seconds"] - unchanged["high_seconds"]) <= 5
+
+
 def test_the_submitters_history_narrows_the_range(personas, api_client_for, busy_alpha):
     from django.utils import timezone
 

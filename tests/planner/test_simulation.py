@@ -3,6 +3,8 @@ time (in minutes) each job is expected to get."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from planner import simulation as sim
@@ -402,6 +404,41 @@ def test_forecast_of_a_queued_job_counts_the_jobs_ahead():
     ]
     result = sim.forecast(snapshot(jobs, [quota("a", 8)], now=5), jobs[2])
     assert result.high == (120 - 5) * MIN
+
+
+# The late end expects the last window's higher-priority submissions to go on at the same rate
+# (spread evenly over each window): 8 GPUs, a running 8-GPU job ending at 30 min (20 early),
+# the probe asks for 8. (recent submissions as (priority, minutes), window) → (low, high).
+ARRIVAL_CASES = {
+    "nothing came lately": ([], 60, (20, 30)),
+    "one high job an hour comes at 30, runs 20 min first": ([(HIGH_PRIO, 20)], 60, (20, 50)),
+    "two an hour: the one at 15 evicts the running job, the probe follows it": (
+        [(HIGH_PRIO, 20)] * 2,
+        60,
+        (20, 35),
+    ),
+    "jobs of the probe's priority queue behind it": ([(NORMAL, 20)] * 3, 60, (20, 30)),
+    "and lower ones too": ([(LOW_PRIO, 20)], 60, (20, 30)),
+    "a window of 0 expects nothing": ([(HIGH_PRIO, 20)], 0, (20, 30)),
+    "as many as the quota holds: never within the horizon": ([(HIGH_PRIO, 60)], 60, (20, None)),
+}
+
+
+@pytest.mark.parametrize("name", ARRIVAL_CASES)
+def test_the_late_end_expects_higher_priority_submissions_at_the_last_windows_rate(name):
+    recent, window, expected = ARRIVAL_CASES[name]
+    snap = snapshot([job("run", amount=8, running_since=-10, minutes=40, low=30)], [quota("a", 8)])
+    snap = replace(
+        snap,
+        recent=tuple(
+            job(f"r{i}", amount=8, priority=priority, minutes=minutes, at=-5 - i)
+            for i, (priority, minutes) in enumerate(recent)
+        ),
+        arrival_window=window * MIN,
+    )
+    result = sim.forecast(snap, job("probe", amount=8))
+    minutes = tuple(None if v is None else round(v / MIN) for v in (result.low, result.high))
+    assert minutes == expected
 
 
 @pytest.mark.parametrize(
