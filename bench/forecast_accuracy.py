@@ -155,6 +155,8 @@ def measure(args, stack: harness.Stack) -> int:
             CELERY_BROKER_URL=REDIS_URL,
             KUBECONFIG=ks.kubeconfig,
             PORTAL_KUBE_QPS=0,
+            # The day is compressed by --speed: its window of expected submissions too.
+            PORTAL_FORECAST_ARRIVAL_WINDOW_MINUTES=args.arrival_window / args.speed,
         )
         from jobs.models import Job
         from planner import selectors
@@ -381,6 +383,12 @@ def main() -> int:
     parser.add_argument("--long-wait", type=float, default=5.0, help="minutes of the day")
     parser.add_argument(
         "--slack", type=float, default=30.0, help="portal seconds allowed for the pod start"
+    )
+    parser.add_argument(
+        "--arrival-window",
+        type=float,
+        default=60.0,
+        help="simulated minutes of PORTAL_FORECAST_ARRIVAL_WINDOW_MINUTES (0: expect no arrivals)",
     )
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--timeout", type=float, default=3600.0)

@@ -11,7 +11,7 @@ same request, submitted then, would start at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -198,14 +198,8 @@ def pending_advice(*, job: Job, actor: Any) -> PendingAdvice:
     if own is None or own.started_at is not None:
         return PendingAdvice(forecast=None, alternatives=[])
     original = sim.forecast(snapshot, own)
-    without = sim.Snapshot(
-        now=snapshot.now,
-        pools=snapshot.pools,
-        quotas=snapshot.quotas,
-        caps=snapshot.caps,
-        jobs=tuple(j for j in snapshot.jobs if j.key != key),
-        preemption=snapshot.preemption,
-    )
+    # The same snapshot (the expected submissions included) without the job itself.
+    without = replace(snapshot, jobs=tuple(j for j in snapshot.jobs if j.key != key))
     base = fields_of_job(job)
     pools = pool_facts_for_project(project=job.project)
     found: list[Alternative] = []
