@@ -17,7 +17,9 @@ the watcher keeps), and its actual start (the watcher's Running event). Prints t
 the wait for jobs that waited at least --long-wait, and the share of jobs that started inside
 the forecast's range (a "now" forecast says within a minute; strictly, and with --slack portal
 seconds for the pod start, which the simulation does not model). "Waited at least --long-wait
-minutes" is in the day's time (portal seconds × --speed).
+minutes" is in the day's time (portal seconds × --speed). With --arrival-window (simulated
+minutes, 60 by default) each job's forecast is also made expecting no later submissions, and
+both are reported: what expecting them changes, on the same day.
 
     .venv/bin/python bench/forecast_accuracy.py [--jobs 120] [--speed 6] [--burst-size 12]
 
@@ -158,6 +160,8 @@ def measure(args, stack: harness.Stack) -> int:
             # The day is compressed by --speed: its window of expected submissions too.
             PORTAL_FORECAST_ARRIVAL_WINDOW_MINUTES=args.arrival_window / args.speed,
         )
+        from django.test.utils import override_settings
+
         from jobs.models import Job
         from planner import selectors
 
@@ -203,6 +207,7 @@ def measure(args, stack: harness.Stack) -> int:
 
         # The measured day: bursts of submissions.
         records: list[tuple[int, float, float | None, float | None, bool]] = []
+        without: list[tuple[int, float, float | None, float | None, bool]] = []
         submitted = 0
         burst_gap = args.burst_every * 60 / args.speed
         while submitted < args.jobs:
@@ -215,23 +220,40 @@ def measure(args, stack: harness.Stack) -> int:
                 body = job_body(rng, f"day-{submitted}", project, kind, user_index)
                 job_id = post(user_index, body)
                 posted = time.time()
-                forecast = selectors.forecast_for_queued(Job.objects.get(pk=job_id))
+                job = Job.objects.get(pk=job_id)
+                forecast = selectors.forecast_for_queued(job)
                 # None: it started before the forecast was asked (it said "now").
                 low = forecast.low if forecast else 0.0
                 high = forecast.high if forecast else 0.0
                 records.append((job_id, posted, low, high, bool(forecast and forecast.possible)))
+                if args.arrival_window:
+                    # The same moment's forecast expecting no later submissions, to compare.
+                    with override_settings(PORTAL_FORECAST_ARRIVAL_WINDOW_MINUTES=0):
+                        plain = selectors.forecast_for_queued(job)
+                    without.append(
+                        (
+                            job_id,
+                            posted,
+                            plain.low if plain else 0.0,
+                            plain.high if plain else 0.0,
+                            bool(plain and plain.possible),
+                        )
+                    )
                 submitted += 1
                 time.sleep(rng.uniform(0.0, 1.5))
             print(f"  {submitted} submitted", flush=True)
             time.sleep(burst_gap)
         starts = wait_all_started([r[0] for r in records], args.timeout)
         report(args, records, starts)
+        if without:
+            print("\nthe same day's forecasts expecting no later submissions (window 0):")
+            report(args, without, starts, prefix="no arrivals: ")
         if args.dump:
             dump(args.dump, records, starts)
     return 0
 
 
-def report(args, records, starts) -> None:
+def report(args, records, starts, prefix: str = "") -> None:
     from planner.simulation import NOW_SECONDS
 
     errors, relative, inside, inside_slack, beyond, waits = [], [], 0, 0, 0, []
@@ -278,23 +300,23 @@ def report(args, records, starts) -> None:
             f"forecast error (middle of the range): median {median_error:.0f} s, "
             f"p90 {p90_error:.0f} s"
         )
-        harness.figure("forecast error median", median_error, "s")
-        harness.figure("forecast error p90", p90_error, "s")
+        harness.figure(prefix + "forecast error median", median_error, "s")
+        harness.figure(prefix + "forecast error p90", p90_error, "s")
     share = 100 * inside / counted
     share_slack = 100 * inside_slack / counted
     print(
         f"started inside the forecast's range: {share:.0f} % "
         f"({share_slack:.0f} % within ±{args.slack:g} s, the start-up the simulation leaves out)"
     )
-    harness.figure("inside the range", share, "%")
-    harness.figure("inside the range with the start-up slack", share_slack, "%")
+    harness.figure(prefix + "inside the range", share, "%")
+    harness.figure(prefix + "inside the range with the start-up slack", share_slack, "%")
     if relative:
         rel = 100 * statistics.median(relative)
         print(
             f"jobs that waited ≥ {args.long_wait:g} min of the day ({long_wait:.0f} s here): "
             f"{len(relative)}; median error {rel:.0f} % of their wait"
         )
-        harness.figure("median error / wait (long waits)", rel, "%")
+        harness.figure(prefix + "median error / wait (long waits)", rel, "%")
     else:
         print(f"no job waited ≥ {args.long_wait:g} min of the day")
     if beyond:
