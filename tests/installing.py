@@ -22,15 +22,21 @@ INSTALLER_ENV = {
 }
 
 
-def install_command(python: Path) -> list[str]:
-    """The start of a command that installs into the venv of ``python``; append the targets."""
+def install_command(python: Path, *, compile_bytecode: bool = False) -> list[str]:
+    """The start of a command that installs into the venv of ``python``; append the targets.
+    ``compile_bytecode`` as pip does by default: worth it when many processes will start."""
     if HAVE_UV:
-        return [sys.executable, "-m", "uv", "pip", "install", "--quiet", "--python", str(python)]
-    return [str(python), "-m", "pip", "install", "--quiet", "--no-compile"]
+        command = [sys.executable, "-m", "uv", "pip", "install", "--quiet", "--python", str(python)]
+        return [*command, "--compile-bytecode"] if compile_bytecode else command
+    command = [str(python), "-m", "pip", "install", "--quiet"]
+    return command if compile_bytecode else [*command, "--no-compile"]
 
 
 def as_installer(command: str, python: Path) -> str:
-    """A shell command's leading `pip install` (a Dockerfile's RUN line) done the same way."""
+    """A shell command's leading `pip install` (a Dockerfile's RUN line) done the same way,
+    byte-compiled as pip does (the image sets PYTHONDONTWRITEBYTECODE: without compiled files
+    each of its processes would compile every module it imports again)."""
     if command.startswith("pip install "):
-        return shlex.join(install_command(python)) + command[len("pip install") :]
+        installer = install_command(python, compile_bytecode=True)
+        return shlex.join(installer) + command[len("pip install") :]
     return command

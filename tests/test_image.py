@@ -107,9 +107,6 @@ def image(tmp_path_factory) -> ReplayedImage:
         "PATH": f"{venv_dir / 'bin'}:/usr/bin:/bin",
         "HOME": os.environ.get("HOME", str(base)),
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        # Byte-compiling every installed module is most of the install's CPU and proves nothing
-        # here (the image compiles; the replay only needs the files).
-        "PIP_COMPILE": "0",  # pip reads it as --compile off
     }
     workdir = None
     instructions = dockerfile_instructions((REPO / "Dockerfile").read_text())
