@@ -21,6 +21,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -183,10 +184,21 @@ def measure(args, stack) -> int:
         sim_job = selectors.probe_job(probe, inputs=inputs, history=history)
         result = sim.forecast(snapshot, sim_job)
         print(f"forecast: {result.text}", flush=True)
+        expected = len(sim.expected_arrivals(snapshot, sim_job, 24 * 3600))
+        print(
+            f"expected submissions ahead of the probe (the late end): {expected} "
+            f"({len(snapshot.recent)} jobs submitted in the last window)",
+            flush=True,
+        )
         pure = median_ms(lambda: sim.forecast(snapshot, sim_job), args.repeat)
         harness.figure("simulation (forecast of one job)", pure, "ms")
         cpu = median_ms(lambda: sim.forecast(snapshot, sim_job), args.repeat, time.thread_time)
         harness.figure("simulation, CPU time", cpu, "ms")
+        # The same snapshot expecting no later submissions (the range before they were modelled).
+        plain = replace(snapshot, arrival_window=0.0)
+        print(f"forecast expecting no later submissions: {sim.forecast(plain, sim_job).text}")
+        bare = median_ms(lambda: sim.forecast(plain, sim_job), args.repeat, time.thread_time)
+        harness.figure("simulation expecting no submissions, CPU time", bare, "ms")
         whole = median_ms(lambda: selectors.forecast_for_unsaved(probe), args.repeat)
         harness.figure("forecast with the snapshot read from the database", whole, "ms")
         load = os.getloadavg()[0]

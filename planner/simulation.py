@@ -25,8 +25,9 @@ BestEffortFIFO, the preemption policy of ``quotas.manifests.preemption_policy``)
   default scheduler finds a node for each pod (MostAllocated: the fullest that fits), in the
   scheduler's order (priority, then admission); until then it holds its quota.
 
-What it does not know: image pulls and start-up time, and jobs that will be submitted later.
-``docs/user-guide/forecast.md`` lists what limits it.
+What it does not know: image pulls and start-up time, and jobs that will be submitted later
+(the forecast's late end expects higher-priority ones at the last window's rate:
+expected_arrivals). ``docs/user-guide/forecast.md`` lists what limits it.
 """
 
 from __future__ import annotations
