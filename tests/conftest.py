@@ -131,44 +131,10 @@ def django_db_modify_db_settings(
 # module) are collected last and made the suite's tail: one worker busy for minutes after the
 # others had finished. Started first, the other workers take the rest meanwhile (worksteal).
 FIRST_MODULES = ("tests/test_packaging.py", "tests/test_image.py")
-# Modules whose tests start processes (kubesim, Celery, chromium): the heavy ones. In file order
-# they bunch up (tests/e2e, tests/jobs), and xdist hands each worker a contiguous share of the
-# order: four workers running e2e tests at once at a load of 9-10, where the light in-process
-# tests had run at the same time as each other. Spread evenly among the light modules, each
-# worker meets them one at a time all along its share.
-HEAVY_MARKERS = ("e2e", "browser", "kubesim")
-
-
-def _module(item) -> str:
-    return item.nodeid.split("::")[0]
 
 
 def pytest_collection_modifyitems(config, items):
-    modules: dict[str, list] = {}
-    for item in items:
-        modules.setdefault(_module(item), []).append(item)
-    first = [m for m in FIRST_MODULES if m in modules]
-    heavy = [
-        m
-        for m in modules
-        if m not in first
-        and any(item.get_closest_marker(name) for item in modules[m] for name in HEAVY_MARKERS)
-    ]
-    light = [m for m in modules if m not in first and m not in heavy]
-    # The j-th heavy module goes to the first boundary between light modules at or past
-    # (j + 1/2) / (number of heavy ones) of all the items (xdist splits by item count). Tests
-    # of one module stay together: their module-scoped fixtures start once.
-    total = len(items)
-    order, placed, next_heavy = list(first), sum(len(modules[m]) for m in first), 0
-    for m in light:
-        while next_heavy < len(heavy) and (next_heavy + 0.5) / len(heavy) * total <= placed:
-            order.append(heavy[next_heavy])
-            placed += len(modules[heavy[next_heavy]])
-            next_heavy += 1
-        order.append(m)
-        placed += len(modules[m])
-    order += heavy[next_heavy:]
-    items[:] = [item for m in order for item in modules[m]]
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in FIRST_MODULES)
 
 
 def pytest_sessionfinish(session):
